@@ -1,0 +1,132 @@
+"""Embedding throughput on 600-character windows of real code (batch 16).
+
+Run:  python -m bench.embedder_speed [--threads N] [--repeats R] [--windows W]
+
+Takes Python source from packages installed in the running interpreter (numpy, lancedb,
+onnx, ...), cuts it into 600-character windows, and times ``Embedder.embed_documents``.
+Measures the committed int8 artifact and, when it was kept by
+``python -m models.build_embedder --keep-fp32 models/.work/fp32``, the fp32 graph too.
+Writes bench/results/embedder_speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "embedder_speed.json"
+FP32_PATH = ROOT / "models" / ".work" / "fp32" / "model.fp32.onnx"
+WINDOW = 600
+TARGET = 50.0
+
+
+def code_windows(n: int, size: int = WINDOW) -> list[str]:
+    """``n`` consecutive windows of real Python source from installed packages (deterministic order)."""
+    import importlib.util
+
+    files: list[Path] = []
+    for pkg in ("lancedb", "numpy", "onnx", "pyarrow", "tokenizers"):
+        spec = importlib.util.find_spec(pkg)
+        if spec and spec.submodule_search_locations:
+            base = Path(list(spec.submodule_search_locations)[0])
+            files += sorted(p for p in base.rglob("*.py") if "test" not in p.name)
+    out: list[str] = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        rel = f.as_posix().split("site-packages/")[-1]
+        for s in range(0, len(text) - size + 1, size):
+            out.append(f"{rel}\n{text[s : s + size]}"[:size])
+            if len(out) >= n:
+                return out
+    return out
+
+
+def measure(emb, windows: list[str], repeats: int, batch: int = 16) -> dict:
+    emb.embed_documents(windows[:batch], batch_size=batch)  # warm-up
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        emb.embed_documents(windows, batch_size=batch)
+        rates.append(len(windows) / (time.perf_counter() - t))
+    return {
+        "model_id": emb.model_id,
+        "windows_per_s_median": round(statistics.median(rates), 2),
+        "windows_per_s_min": round(min(rates), 2),
+        "windows_per_s_max": round(max(rates), 2),
+        "repeats": [round(r, 2) for r in rates],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--windows", type=int, default=64)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT))
+    from models.embedding import Embedder, load_embedder
+
+    windows = code_windows(args.windows)
+    int8 = load_embedder(threads=args.threads)
+    toks = [len(e.ids) for e in int8._tok.encode_batch(windows)]
+    variants = [("int8", int8)]
+    if FP32_PATH.exists():
+        variants.append(("fp32", Embedder(int8.folder, threads=args.threads, model_file=FP32_PATH, variant="fp32")))
+
+    results = {}
+    embs = {}
+    for label, emb in variants:
+        results[label] = measure(emb, windows, args.repeats)
+        embs[label] = emb.embed_documents(windows)
+    if "fp32" in embs:
+        cos = (embs["int8"] * embs["fp32"]).sum(1)
+        results["int8_vs_fp32_cosine"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
+
+    report = {
+        "benchmark": "embedder_speed",
+        "window_chars": WINDOW,
+        "windows": len(windows),
+        "batch_size": 16,
+        "tokens_per_window_mean": round(float(np.mean(toks)), 1),
+        "tokens_per_window_max": int(max(toks)),
+        "threads": int8.threads,
+        "cpu_count": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "machine": platform.processor() or platform.machine(),
+        "target_windows_per_s": TARGET,
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+    print(f"{len(windows)} windows x {WINDOW} chars, ~{report['tokens_per_window_mean']} tokens, batch 16, "
+          f"{int8.threads} threads, load avg {report['load_average_1m']}")
+    print(f"{'variant':8s} {'median/s':>9s} {'min/s':>8s} {'max/s':>8s}  model_id")
+    for label, _ in variants:
+        r = results[label]
+        print(f"{label:8s} {r['windows_per_s_median']:9.1f} {r['windows_per_s_min']:8.1f} "
+              f"{r['windows_per_s_max']:8.1f}  {r['model_id']}")
+    if "int8_vs_fp32_cosine" in results:
+        c = results["int8_vs_fp32_cosine"]
+        print(f"int8 vs fp32 cosine: mean {c['mean']:.4f} min {c['min']:.4f}")
+    ok = results["int8"]["windows_per_s_median"] >= TARGET
+    print(f"target {TARGET:.0f}/s: {'met' if ok else 'NOT met'}; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+from daemons.chunker.service import main
+
+main()

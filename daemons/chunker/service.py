@@ -1,0 +1,151 @@
+"""The chunker: reads each changed file, chunks it along syntax, and pushes the chunks to the embedder.
+
+Input (PULL ``chunker.in``): ``file.changed`` / ``file.deleted`` from the watcher. Output (PUSH to
+``embedder.in``): one ``chunks.batch`` per file version, carrying the hash of the bytes it read
+(not the hash the watcher saw: the file may have moved on since), or the ``file.deleted``.
+A file that turned unreadable, binary or non-UTF-8 since the watcher looked is forwarded as
+deleted with the reason. On start it asks the watcher to reconcile, so nothing queued in a
+killed chunker is lost.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import zmq
+
+from daemons.lib import runtime
+from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, chunk_text, language_for_path
+from daemons.lib.config import Settings, load_settings
+from daemons.lib.filtering import classify_file, content_hash, sniff
+from daemons.lib.log import configure
+from daemons.lib.workspaces import safe_relpath
+from protocol import envelope
+from protocol.errors import ProtocolError
+from protocol.schema import ChunkBatch, ChunkRecord, FileChanged, FileDeleted, ReconcileRequest
+
+
+def ask_watcher_to_reconcile(settings: Settings, log, stop: threading.Event, who: str) -> threading.Thread:
+    """In the background, ask the watcher (retrying until it answers) to re-send what is not in the table."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                runtime.control_request(settings.control_endpoint("watcher"), ReconcileRequest(force=True), timeout_ms=1000)
+                log.info("reconcile_asked", by=who)
+                return
+            except ProtocolError:
+                stop.wait(0.5)
+
+    t = threading.Thread(target=run, name="ask-reconcile", daemon=True)
+    t.start()
+    return t
+
+
+class Chunker:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.log = configure("chunker")
+        self.ctx = zmq.Context.instance()
+        self.stats = runtime.Stats()
+        self.stop = threading.Event()
+        self.chunk_settings = ChunkSettings(settings.chunk_max_chars, settings.chunk_min_chars, settings.chunk_context_chars)
+        self.pull = runtime.make_socket(self.ctx, zmq.PULL)
+        self.pull.setsockopt(zmq.RCVHWM, 100_000)
+        self.push = runtime.make_socket(self.ctx, zmq.PUSH)
+        self.push.setsockopt(zmq.SNDHWM, 10_000)
+
+    def handle(self, frames: list[bytes]) -> None:
+        started = time.perf_counter()
+        try:
+            msg = envelope.decode(frames)
+        except ProtocolError as exc:
+            self.stats.incr("messages.bad")
+            self.log.warning("bad_message", error=exc.message)
+            return
+        body = msg.body
+        if isinstance(body, FileDeleted):
+            self._forward(body, msg)
+            return
+        if not isinstance(body, FileChanged):
+            self.stats.incr("messages.unexpected")
+            self.log.warning("unexpected_message", msg_type=msg.msg_type)
+            return
+        try:
+            rel = safe_relpath(body.root, body.path)
+        except ProtocolError as exc:
+            self.stats.incr("messages.bad")
+            self.log.warning("bad_path", path=body.path, error=exc.message)
+            return
+        full = Path(body.root) / rel
+        verdict = classify_file(full, self.s.max_file_bytes)
+        if not verdict.ok:
+            self._forward(FileDeleted(workspace=body.workspace, root=body.root, path=rel, reason=verdict.reason or "unreadable"), msg)
+            return
+        try:
+            data = full.read_bytes()
+        except OSError as exc:
+            self._forward(FileDeleted(workspace=body.workspace, root=body.root, path=rel, reason=f"unreadable ({exc})"), msg)
+            return
+
+        verdict = sniff(data, self.s.max_file_bytes)  # re-check the bytes actually read
+        if not verdict.ok:
+            self._forward(FileDeleted(workspace=body.workspace, root=body.root, path=rel, reason=verdict.reason), msg)
+            return
+        text = data.decode("utf-8")
+        t0 = time.perf_counter()
+        try:
+            chunks = chunk_text(text, rel, self.chunk_settings)
+        except Exception:  # a grammar bug must not stop the pipeline: fall back to plain splitting
+            self.log.exception("chunking_failed", path=rel)
+            self.stats.incr("chunking.failed")
+            chunks = chunk_text(text, rel + ".txt", self.chunk_settings)
+        chunk_ms = (time.perf_counter() - t0) * 1000
+        batch = ChunkBatch(
+            workspace=body.workspace, root=body.root, path=rel, content_hash=content_hash(data),
+            chunker_version=CHUNKER_VERSION, language=language_for_path(rel), size_bytes=len(data),
+            chunks=[ChunkRecord(index=c.index, text=c.text, context=c.context, start_line=c.start_line, end_line=c.end_line, language=c.language) for c in chunks],
+        )
+        self._send(batch, msg)
+        self.stats.incr("files.chunked")
+        self.stats.incr("chunks", len(chunks))
+        self.log.info("chunked", workspace=body.workspace, path=rel, chunks=len(chunks), bytes=len(data), chunk_ms=round(chunk_ms, 2), ms=round((time.perf_counter() - started) * 1000, 2))
+
+    def _forward(self, body: FileDeleted, msg: envelope.Message) -> None:
+        self._send(body, msg)
+        self.stats.incr("files.deleted")
+        self.log.info("deleted", workspace=body.workspace, path=body.path, reason=body.reason)
+
+    def _send(self, body, msg: envelope.Message) -> None:
+        frames = envelope.encode(body, parent=msg.header, sender="chunker")
+        while not self.stop.is_set():
+            try:
+                self.push.send_multipart(frames, flags=zmq.NOBLOCK)
+                return
+            except zmq.Again:  # the embedder is behind or down: wait, do not drop
+                self.stop.wait(0.1)
+
+    def run(self) -> None:
+        runtime.prepare_runtime_dir(self.s.runtime_dir)
+        runtime.install_signal_handlers(self.stop, self.log)
+        runtime.bind(self.pull, self.s.endpoint("chunker.in"))
+        self.push.connect(self.s.endpoint("embedder.in"))
+        control = runtime.ControlServer(self.ctx, self.s.control_endpoint("chunker"), "chunker", self.log, self.stats, self.stop)
+        control.start()
+        ask_watcher_to_reconcile(self.s, self.log, self.stop, "chunker")
+        self.log.info("started")
+        poller = zmq.Poller()
+        poller.register(self.pull, zmq.POLLIN)
+        while not self.stop.is_set():
+            if poller.poll(200):
+                self.handle(self.pull.recv_multipart())
+        control.join(timeout=2)
+        self.pull.close(0)
+        self.push.close(0)
+        self.log.info("stopped")
+
+
+def main() -> None:
+    Chunker(load_settings()).run()

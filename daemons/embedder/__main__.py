@@ -1,0 +1,3 @@
+from daemons.embedder.service import main
+
+main()

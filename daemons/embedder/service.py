@@ -1,0 +1,229 @@
+"""The embedder: the single writer of every workspace's table, and the query embedder.
+
+Input (PULL ``embedder.in``): ``chunks.batch`` and ``file.deleted`` from the chunker. Each batch
+is windowed, given keyword text, embedded, and replaces the file's rows in one commit; a batch
+whose hash the table already holds costs nothing. ``embed_query_request`` is answered on the
+ROUTER ``embedder.query`` by its own thread, so a question never waits behind indexing.
+A table built with other settings or another model is left alone and reported as
+"rebuild needed" until ``rebuild_request`` drops it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+from daemons.chunker.service import ask_watcher_to_reconcile
+from daemons.lib import runtime
+from daemons.lib.config import Settings, load_settings
+from daemons.lib.indexing import build_rows, index_meta
+from daemons.lib.log import configure
+from daemons.lib.store import IndexStore, RebuildNeeded
+from daemons.lib.workspaces import Registry, index_dir
+from models.embedding import ModelUnavailable, load_embedder
+from protocol import envelope
+from protocol.errors import ProtocolError, Unavailable, UnknownWorkspace
+from protocol.schema import ChunkBatch, EmbedQueryReply, FileDeleted, RebuildReply
+
+#: Fault injection for tests: every query embedding sleeps this long first.
+FAULT_QUERY_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_QUERY_DELAY_MS", "0"))
+
+
+class WorkspaceIndex:
+    def __init__(self, wid: str, root: str, store: IndexStore | None, problem: str = "") -> None:
+        self.wid, self.root, self.store, self.problem = wid, root, store, problem
+        self.catalog: dict[str, str] = store.catalog() if store else {}
+
+
+class Embedder:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.log = configure("embedder")
+        self.ctx = zmq.Context.instance()
+        self.stats = runtime.Stats()
+        self.stop = threading.Event()
+        self.registry = Registry(settings.data_dir)
+        self.indexes: dict[str, WorkspaceIndex] = {}
+        self.lock = threading.RLock()
+        self.model = None
+        self.model_error = ""
+        self.queue_depth = 0
+        self.pull = runtime.make_socket(self.ctx, zmq.PULL)
+        self.pull.setsockopt(zmq.RCVHWM, 100_000)
+
+    # ------------------------------------------------------------------ tables
+
+    def _meta(self, root: str) -> dict[str, Any]:
+        return index_meta(self.s, self.model, root)
+
+    def index_for(self, wid: str, root: str) -> WorkspaceIndex:
+        with self.lock:
+            idx = self.indexes.get(wid)
+            if idx is None:
+                folder = index_dir(self.s.data_dir, wid)
+                try:
+                    idx = WorkspaceIndex(wid, root, IndexStore.open_writer(folder, self._meta(root)))
+                except RebuildNeeded as exc:
+                    self.log.error("rebuild_needed", workspace=wid, problem=str(exc))
+                    idx = WorkspaceIndex(wid, root, None, str(exc))
+                self.indexes[wid] = idx
+            return idx
+
+    def rebuild(self, wid: str) -> None:
+        entries = self.registry.load()
+        if wid not in entries:
+            raise UnknownWorkspace(f"unknown workspace {wid!r}")
+        with self.lock:
+            self.indexes.pop(wid, None)
+            IndexStore.destroy(index_dir(self.s.data_dir, wid))
+            self.index_for(wid, entries[wid])
+        self.log.info("rebuild_started", workspace=wid)
+        ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder-rebuild")
+
+    # ------------------------------------------------------------------ indexing
+
+    def handle(self, frames: list[bytes]) -> None:
+        started = time.perf_counter()
+        try:
+            msg = envelope.decode(frames)
+        except ProtocolError as exc:
+            self.stats.incr("messages.bad")
+            self.log.warning("bad_message", error=exc.message)
+            return
+        body = msg.body
+        if not isinstance(body, (ChunkBatch, FileDeleted)):
+            self.stats.incr("messages.unexpected")
+            self.log.warning("unexpected_message", msg_type=msg.msg_type)
+            return
+        idx = self.index_for(body.workspace, body.root)
+        if idx.store is None:
+            self.stats.incr("batches.refused")
+            return
+        with self.lock:
+            if isinstance(body, FileDeleted):
+                if body.path in idx.catalog:
+                    idx.store.delete_file(body.path)
+                    idx.catalog.pop(body.path, None)
+                    self.stats.incr("files.removed")
+                    self.log.info("removed", workspace=body.workspace, path=body.path, reason=body.reason, ms=round((time.perf_counter() - started) * 1000, 2))
+                return
+            if idx.catalog.get(body.path) == body.content_hash:
+                self.stats.incr("files.unchanged")
+                return
+            t0 = time.perf_counter()
+            rows = build_rows(body.path, body.content_hash, body.chunks, self.s, self.model)
+            embed_ms = (time.perf_counter() - t0) * 1000
+            t1 = time.perf_counter()
+            idx.store.replace_file(body.path, rows)
+            write_ms = (time.perf_counter() - t1) * 1000
+            if rows:
+                idx.catalog[body.path] = body.content_hash
+            else:
+                idx.catalog.pop(body.path, None)
+            optimized = idx.store.optimize_if_due(self.s.optimize_every)
+        self.stats.incr("files.indexed")
+        self.stats.incr("rows.written", len(rows))
+        self.log.info(
+            "indexed", workspace=body.workspace, path=body.path, chunks=len(body.chunks), rows=len(rows),
+            embed_ms=round(embed_ms, 2), write_ms=round(write_ms, 2), optimized=optimized,
+            ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+
+    def _optimize_idle(self) -> None:
+        with self.lock:
+            for idx in self.indexes.values():
+                if idx.store is not None and idx.store._writes_since_optimize:
+                    t0 = time.perf_counter()
+                    idx.store.optimize()
+                    self.log.info("optimized", workspace=idx.wid, ms=round((time.perf_counter() - t0) * 1000, 1))
+
+    # ------------------------------------------------------------------ queries
+
+    def _embed_query(self, msg: envelope.Message) -> tuple[EmbedQueryReply, list[bytes]]:
+        if self.model is None:
+            raise Unavailable(f"embedding model not loaded: {self.model_error}")
+        if FAULT_QUERY_DELAY_MS:
+            time.sleep(FAULT_QUERY_DELAY_MS / 1000)
+        vec = np.ascontiguousarray(self.model.embed_query(msg.body.text), dtype=np.float32)
+        return EmbedQueryReply(model_id=self.model.model_id, dim=int(vec.shape[0])), [vec.tobytes()]
+
+    def _query_loop(self) -> None:
+        sock = runtime.make_socket(self.ctx, zmq.ROUTER)
+        runtime.bind(sock, self.s.endpoint("embedder.query"))
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        handlers = {"embed_query_request": self._embed_query}
+        while not self.stop.is_set():
+            if poller.poll(200):
+                runtime.serve_requests(sock, handlers, self.log, "embedder", self.stats)
+        sock.close(0)
+
+    # ------------------------------------------------------------------ control
+
+    def _ctl_rebuild(self, msg: envelope.Message) -> RebuildReply:
+        if self.model is None:
+            raise Unavailable(f"embedding model not loaded: {self.model_error}")
+        self.rebuild(msg.body.workspace)
+        return RebuildReply(workspace=msg.body.workspace)
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "workspaces": {}}
+        for wid, idx in list(self.indexes.items()):
+            entry: dict[str, Any] = {"root": idx.root, "problem": idx.problem}
+            if idx.store is not None:
+                rows = idx.store.table.count_rows()
+                entry.update(files=len(idx.catalog), chunks=idx.store.table.count_rows("window = 0") if rows else 0, rows=rows, last_update=idx.store.last_update)
+            out["workspaces"][wid] = entry
+        return out
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> None:
+        runtime.prepare_runtime_dir(self.s.runtime_dir)
+        runtime.install_signal_handlers(self.stop, self.log)
+        try:
+            t0 = time.perf_counter()
+            self.model = load_embedder(self.s.embedder_model, threads=self.s.embed_threads or None)
+            self.log.info("model_loaded", model=self.model.model_id, dim=self.model.dim, ms=round((time.perf_counter() - t0) * 1000, 1))
+        except ModelUnavailable as exc:
+            self.model_error = str(exc)
+            self.log.error("model_unavailable", error=self.model_error)
+        control = runtime.ControlServer(
+            self.ctx, self.s.control_endpoint("embedder"), "embedder", self.log, self.stats, self.stop,
+            status_fn=self.status, queue_depth_fn=lambda: self.queue_depth, extra={"rebuild_request": self._ctl_rebuild},
+        )
+        control.start()
+        query_thread = threading.Thread(target=self._query_loop, name="embed-query", daemon=True)
+        query_thread.start()
+        if self.model is not None:
+            for wid, root in self.registry.load().items():
+                self.index_for(wid, root)
+            runtime.bind(self.pull, self.s.endpoint("embedder.in"))
+            ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder")
+        self.log.info("started", model=getattr(self.model, "model_id", None))
+        poller = zmq.Poller()
+        poller.register(self.pull, zmq.POLLIN)
+        idle_since = time.monotonic()
+        while not self.stop.is_set():
+            if self.model is None:
+                self.stop.wait(0.5)
+                continue
+            if poller.poll(200):
+                self.handle(self.pull.recv_multipart())
+                self.queue_depth = self.pull.getsockopt(zmq.EVENTS) & zmq.POLLIN
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 2.0:
+                self._optimize_idle()
+                idle_since = float("inf")
+        control.join(timeout=2)
+        query_thread.join(timeout=2)
+        self.pull.close(0)
+        self.log.info("stopped")
+
+
+def main() -> None:
+    Embedder(load_settings()).run()

@@ -1,0 +1,147 @@
+"""Settings: SPEC defaults, overridden by a TOML file, overridden by ``WSCTX_*`` environment variables.
+
+The TOML file is ``$WSCTX_CONFIG`` or ``~/.config/wsctx/config.toml``; its keys are the field names
+below (flat, or under any table: ``[search] rerank_threshold = 0.1`` works). An environment
+variable is the field name upper-cased with the ``WSCTX_`` prefix (``WSCTX_RERANK_THRESHOLD``);
+lists are comma-separated. Fields in ``INDEX_SHAPING`` change how rows are built: changing one
+means a rebuild, which the embedder detects and reports instead of mixing rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+APP = "wsctx"
+
+
+def _default_runtime_dir() -> str:
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/{APP}-{os.getuid()}"
+    return str(Path(base) / APP) if os.environ.get("XDG_RUNTIME_DIR") else base
+
+
+def _default_data_dir() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / APP)
+
+
+def _default_pool_size() -> int:
+    return max(1, min(3, (os.cpu_count() or 1) // 4))
+
+
+@dataclass
+class Settings:
+    # where things live
+    runtime_dir: str = field(default_factory=_default_runtime_dir)
+    data_dir: str = field(default_factory=_default_data_dir)
+    # what gets indexed
+    max_file_bytes: int = 1_000_000
+    include_globs: list[str] = field(default_factory=list)
+    exclude_globs: list[str] = field(default_factory=list)
+    debounce_ms: int = 300
+    reconcile_interval_s: float = 300.0
+    # chunking and windows (index-shaping)
+    chunk_max_chars: int = 1000
+    chunk_min_chars: int = 100
+    chunk_context_chars: int = 100
+    window_chars: int = 600
+    window_overlap: int = 80
+    embedder_model: str = "minilm-l6-v2"
+    # embedder
+    embed_batch: int = 16
+    embed_threads: int = 0  # 0: onnxruntime's default (all cores)
+    optimize_every: int = 50  # table writes between compactions / FTS folds
+    # searching
+    vector_k: int = 20
+    keyword_k: int = 20
+    focus_k: int = 6
+    focus_files: int = 8
+    rrf_k: int = 60
+    rerank_top: int = 12
+    embed_timeout_ms: int = 1500
+    # reranking
+    rerank_threshold: float = 0.08
+    near_misses: int = 3
+    reranker_pool_size: int = field(default_factory=_default_pool_size)
+    reranker_idle_s: float = 300.0
+    reranker_timeout_ms: int = 8000
+    reranker_dir: str = ""
+    heartbeat_s: float = 1.0
+    # context assembly
+    widen_max_chars: int = 3000
+    imports_max_chars: int = 1200
+    block_max_chars: int = 4000
+    snippet_count: int = 6
+    budget_chars: int = 12000
+    # network (tcp is opt-in; off loopback it requires CURVE keys)
+    front_tcp: str = ""
+    curve_secret_key_file: str = ""
+    curve_authorized_keys_dir: str = ""
+    team_fronts: list[str] = field(default_factory=list)
+    team_server_key_file: str = ""
+    team_timeout_ms: int = 3000
+
+    # ------------------------------------------------------------------ derived
+
+    def endpoint(self, name: str) -> str:
+        """The ipc endpoint of socket ``name`` (``front``, ``searcher``, ``embedder.in`` ...)."""
+        return f"ipc://{Path(self.runtime_dir) / (name + '.sock')}"
+
+    def control_endpoint(self, daemon: str) -> str:
+        return self.endpoint(f"{daemon}.ctl")
+
+    def index_shape(self) -> dict[str, Any]:
+        """The settings that shaped the rows; recorded in the table and compared on open."""
+        return {k: getattr(self, k) for k in INDEX_SHAPING}
+
+
+INDEX_SHAPING = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars", "window_chars", "window_overlap", "embedder_model")
+
+
+def _coerce(kind: Any, raw: Any) -> Any:
+    if kind in (int, float):
+        return kind(raw)
+    if kind is bool:
+        return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+    if kind == list[str]:
+        if isinstance(raw, str):
+            return [p.strip() for p in raw.split(",") if p.strip()]
+        return [str(p) for p in raw]
+    return str(raw)
+
+
+def _flatten(doc: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value))
+        else:
+            out[key] = value
+    return out
+
+
+def load_settings(config_file: str | None = None, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build Settings from defaults, the TOML file, the environment and explicit overrides (in that order)."""
+    env = os.environ if env is None else env
+    hints = get_type_hints(Settings)
+    values: dict[str, Any] = {}
+    path = Path(config_file or env.get("WSCTX_CONFIG") or Path.home() / ".config" / APP / "config.toml")
+    if path.is_file():
+        with path.open("rb") as fh:
+            for key, raw in _flatten(tomllib.load(fh)).items():
+                if key not in hints:
+                    raise ValueError(f"{path}: unknown setting {key!r}")
+                values[key] = _coerce(hints[key], raw)
+    for f in dataclasses.fields(Settings):
+        raw = env.get(f"WSCTX_{f.name.upper()}")
+        if raw is not None:
+            values[f.name] = _coerce(hints[f.name], raw)
+    values.update(overrides)
+    settings = Settings(**values)
+    # ipc paths have a ~107-byte limit; fail early with a clear message rather than at bind time.
+    if len(settings.endpoint("reranker.workers")) > 100:
+        raise ValueError(f"runtime_dir {settings.runtime_dir!r} is too long for ipc socket paths")
+    return settings

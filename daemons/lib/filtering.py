@@ -1,0 +1,176 @@
+"""Which files of a workspace get indexed: git's ignore rules, a default exclude list, a size cap,
+the user's include/exclude globs, and a content sniff that skips binary and non-UTF-8 files.
+
+Ignore rules follow git: ``.gitignore`` files at every level (deeper files win), then
+``.git/info/exclude`` and the global excludes file (``core.excludesFile``, else
+``~/.config/git/ignore``). The last matching pattern decides, so negations (``!keep.log``) work.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pathspec
+
+DEFAULT_EXCLUDES = [
+    ".git/", ".hg/", ".svn/", "node_modules/", "bower_components/", "vendor/", "third_party/",
+    "build/", "dist/", "out/", "target/", "_build/", ".next/", ".nuxt/", "coverage/",
+    "__pycache__/", ".venv/", "venv/", ".tox/", ".nox/", ".mypy_cache/", ".pytest_cache/", ".ruff_cache/",
+    ".idea/", ".vscode/", "*.egg-info/", ".eggs/",
+    "*.min.js", "*.min.css", "*.map", "*.bundle.js",
+    "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "Cargo.lock", "poetry.lock", "Pipfile.lock",
+    "uv.lock", "composer.lock", "Gemfile.lock", "go.sum", "*.lock",
+    "*.pyc", "*.pyo", "*.so", "*.dylib", "*.dll", "*.exe", "*.o", "*.a", "*.obj", "*.class", "*.jar",
+    "*.war", "*.whl", "*.zip", "*.tar", "*.gz", "*.tgz", "*.bz2", "*.xz", "*.7z", "*.rar",
+    "*.png", "*.jpg", "*.jpeg", "*.gif", "*.bmp", "*.ico", "*.webp", "*.tiff", "*.psd",
+    "*.mp3", "*.mp4", "*.wav", "*.ogg", "*.mov", "*.avi", "*.pdf", "*.woff", "*.woff2", "*.ttf", "*.otf", "*.eot",
+    "*.db", "*.sqlite", "*.sqlite3", "*.bin", "*.onnx", "*.safetensors", "*.pt", "*.npy", "*.npz",
+    "*.parquet", "*.lance", "*.pkl", ".DS_Store",
+]
+
+SNIFF_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class FileVerdict:
+    """What the watcher decided about one file: indexable or skipped, and why."""
+
+    ok: bool
+    reason: str = ""
+    content_hash: str = ""
+    size: int = 0
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def sniff(data: bytes, max_bytes: int) -> FileVerdict:
+    """Classify file contents: too large, binary (NUL byte), not UTF-8, empty, or indexable."""
+    if len(data) > max_bytes:
+        return FileVerdict(False, f"larger than {max_bytes} bytes", size=len(data))
+    if b"\x00" in data[:SNIFF_BYTES] or b"\x00" in data:
+        return FileVerdict(False, "binary (NUL byte)", size=len(data))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return FileVerdict(False, f"not UTF-8 ({exc.reason} at byte {exc.start})", size=len(data))
+    if not text.strip():
+        return FileVerdict(False, "empty", size=len(data))
+    return FileVerdict(True, content_hash=content_hash(data), size=len(data))
+
+
+def classify_file(path: Path, max_bytes: int) -> FileVerdict:
+    """Read and sniff one file; unreadable files are skipped with the reason."""
+    try:
+        st = path.stat()
+        if st.st_size > max_bytes:
+            return FileVerdict(False, f"larger than {max_bytes} bytes", size=st.st_size)
+        with path.open("rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        return FileVerdict(False, f"unreadable ({exc.strerror or exc})")
+    return sniff(data, max_bytes)
+
+
+def _global_excludes_file() -> Path | None:
+    try:
+        out = subprocess.run(["git", "config", "--global", "--get", "core.excludesFile"], capture_output=True, text=True, timeout=5)
+        if out.returncode == 0 and out.stdout.strip():
+            return Path(os.path.expanduser(out.stdout.strip()))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(xdg) / "git" / "ignore"
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+class WorkspaceFilter:
+    """Decides, for paths relative to ``root``, whether they are indexed."""
+
+    def __init__(self, root: str | Path, include_globs: list[str] | None = None, exclude_globs: list[str] | None = None, max_file_bytes: int = 1_000_000) -> None:
+        self.root = Path(root).resolve()
+        self.max_file_bytes = max_file_bytes
+        self.defaults = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDES)
+        self.user_excludes = pathspec.GitIgnoreSpec.from_lines(exclude_globs or [])
+        self.user_includes = pathspec.GitIgnoreSpec.from_lines(include_globs) if include_globs else None
+        top: list[str] = []
+        gx = _global_excludes_file()
+        if gx is not None:
+            top += _read_lines(gx)
+        top += _read_lines(self.root / ".git" / "info" / "exclude")
+        self.top = pathspec.GitIgnoreSpec.from_lines(top)
+        self._nested: dict[str, pathspec.GitIgnoreSpec | None] = {}
+
+    def _spec_for_dir(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
+        if rel_dir not in self._nested:
+            lines = _read_lines(self.root / rel_dir / ".gitignore")
+            self._nested[rel_dir] = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+        return self._nested[rel_dir]
+
+    def forget_gitignore(self, rel_dir: str) -> None:
+        """A ``.gitignore`` changed: re-read it on next use."""
+        self._nested.pop(rel_dir, None)
+
+    def is_ignored(self, rel: str, is_dir: bool = False) -> bool:
+        """True if git (or the defaults, or the user's globs) would leave ``rel`` out."""
+        probe = rel + "/" if is_dir else rel
+        if self.user_includes is not None and not is_dir and not self.user_includes.match_file(rel):
+            return True
+        if self.defaults.match_file(probe) or self.user_excludes.match_file(probe):
+            return True
+        verdict: bool | None = None
+        r = self.top.check_file(probe)
+        if r.include is not None:
+            verdict = r.include
+        parts = rel.split("/")
+        # .gitignore of each ancestor directory, root first; deeper files override.
+        for depth in range(len(parts)):
+            rel_dir = "/".join(parts[:depth])
+            spec = self._spec_for_dir(rel_dir)
+            if spec is None:
+                continue
+            sub = "/".join(parts[depth:]) + ("/" if is_dir else "")
+            r = spec.check_file(sub)
+            if r.include is not None:
+                verdict = r.include
+        return bool(verdict)
+
+    def is_ignored_path(self, rel: str) -> bool:
+        """True if ``rel`` or any of its parent directories is ignored."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            if self.is_ignored("/".join(parts[:i]), is_dir=True):
+                return True
+        return self.is_ignored(rel)
+
+    def iter_files(self) -> Iterator[str]:
+        """Every non-ignored regular file under root (relative posix paths); links to dirs are not followed."""
+        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+            keep = []
+            for d in sorted(dirnames):
+                rel = f"{rel_dir}/{d}" if rel_dir else d
+                if not os.path.islink(os.path.join(dirpath, d)) and not self.is_ignored(rel, is_dir=True):
+                    keep.append(d)
+            dirnames[:] = keep
+            for name in sorted(filenames):
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                full = os.path.join(dirpath, name)
+                if os.path.islink(full):
+                    target = Path(full).resolve()
+                    if not target.is_file() or (self.root not in target.parents):
+                        continue
+                if not self.is_ignored(rel):
+                    yield rel

@@ -1,0 +1,83 @@
+"""From a file's chunks to table rows: windows, keyword text, embeddings, identity.
+
+Shared by the embedder daemon and the benchmarks, so a benchmark measures the real path.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from daemons.lib.chunking import CHUNKER_VERSION
+from daemons.lib.config import Settings
+from daemons.lib.keywords import keyword_text
+from daemons.lib.windows import embed_text, window_texts
+
+
+class ChunkLike(Protocol):
+    index: int
+    text: str
+    context: str
+    start_line: int
+    end_line: int
+    language: str | None
+
+
+class DocumentEmbedder(Protocol):
+    model_id: str
+    dim: int
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray: ...
+
+
+def index_meta(settings: Settings, embedder: DocumentEmbedder, root: str) -> dict[str, Any]:
+    """What the table records about how its rows were made (compared on every open)."""
+    return {
+        "model_id": embedder.model_id,
+        "dim": int(embedder.dim),
+        "chunker_version": CHUNKER_VERSION,
+        "root": root,
+        **settings.index_shape(),
+    }
+
+
+def chunk_id(path: str, content_hash: str, index: int) -> str:
+    return f"{path}|{content_hash}|{index}"
+
+
+def plan_rows(path: str, content_hash: str, chunks: Sequence[ChunkLike], settings: Settings) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows without vectors, and the texts to embed for them (one per row, same order)."""
+    rows: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for c in chunks:
+        full = (c.context or "") + c.text
+        cid = chunk_id(path, content_hash, c.index)
+        for w, window in enumerate(window_texts(full, settings.window_chars, settings.window_overlap)):
+            rows.append(
+                {
+                    "id": f"{cid}|{w}",
+                    "chunk_id": cid,
+                    "path": path,
+                    "content_hash": content_hash,
+                    "chunk_index": c.index,
+                    "window": w,
+                    "start_line": c.start_line,
+                    "end_line": c.end_line,
+                    "language": c.language,
+                    "text": c.text,
+                    # Only window 0 carries keywords, so a chunk is at most one keyword hit.
+                    "keywords": keyword_text(full, path) if w == 0 else "",
+                }
+            )
+            texts.append(embed_text(window, path))
+    return rows, texts
+
+
+def build_rows(path: str, content_hash: str, chunks: Sequence[ChunkLike], settings: Settings, embedder: DocumentEmbedder) -> list[dict[str, Any]]:
+    """Rows with vectors, ready for ``IndexStore.replace_file``."""
+    rows, texts = plan_rows(path, content_hash, chunks, settings)
+    if rows:
+        vectors = embedder.embed_documents(texts)
+        for row, vec in zip(rows, vectors):
+            row["vector"] = vec.astype(np.float32)
+    return rows

@@ -1,0 +1,305 @@
+"""The small runtime every daemon shares: sockets, the control thread, request dispatch, clients.
+
+- ``prepare_runtime_dir`` makes the private (0700) directory that holds the ipc sockets.
+- ``serve_requests`` answers one request on a ROUTER socket: decode, dispatch to a handler,
+  turn any exception into an ``ErrorReply`` with a stable code, log one canonical line.
+- ``ControlServer`` is a thread with its own ROUTER socket that answers ``status_request``,
+  ``ping_request``, ``shutdown_request`` (and daemon-specific control requests) without ever
+  waiting behind the daemon's work.
+- ``Client`` is a Lazy Pirate request client: DEALER socket, deadline, reconnect on timeout.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import msgspec
+import zmq
+
+from protocol import envelope
+from protocol.envelope import DecodeError, Message, VersionError
+from protocol.errors import Internal, ProtocolError, Timeout, error_for
+from protocol.schema import (
+    Body,
+    ErrorReply,
+    PingReply,
+    PingRequest,
+    ShutdownReply,
+    ShutdownRequest,
+    StatusReply,
+    StatusRequest,
+)
+
+VERSION = "0.1.0"
+Reply = Body | tuple[Body, list[bytes]]
+Handler = Callable[[Message], Reply]
+
+
+def prepare_runtime_dir(path: str) -> Path:
+    """Create the runtime directory owner-only (0700) and refuse one that others can enter."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = p.stat()
+    if st.st_uid != os.getuid():
+        raise PermissionError(f"runtime dir {p} belongs to uid {st.st_uid}, not us")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(p, 0o700)
+    return p
+
+
+def bind(sock: zmq.Socket, endpoint: str) -> None:
+    """Bind, removing a stale ipc file left by a killed process and making the socket owner-only."""
+    if endpoint.startswith("ipc://"):
+        path = Path(endpoint[len("ipc://") :])
+        path.unlink(missing_ok=True)
+        sock.bind(endpoint)
+        os.chmod(path, 0o600)
+    else:
+        sock.bind(endpoint)
+
+
+def make_socket(ctx: zmq.Context, kind: int, *, max_bytes: int = envelope.MAX_MESSAGE_BYTES) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    # ZeroMQ drops an oversized frame before we see it; the codec's own cap answers the rest.
+    sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + 65536)
+    return sock
+
+
+class Stats:
+    """Thread-safe counters shown by ``status_request``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def incr(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+def error_reply(exc: BaseException) -> ErrorReply:
+    if isinstance(exc, ProtocolError):
+        return ErrorReply(code=exc.code.value, message=exc.message)
+    return ErrorReply(code="internal", message=f"{type(exc).__name__}: {exc}")
+
+
+def serve_requests(sock: zmq.Socket, handlers: dict[str, Handler], log: Any, sender: str, stats: Stats | None = None) -> None:
+    """Receive one request from ``sock`` (ROUTER), answer it; never raises for bad input."""
+    frames = sock.recv_multipart(copy=True)
+    started = time.perf_counter()
+    header = None
+    routing: list[bytes] = []
+    msg_type = "?"
+    try:
+        msg = envelope.decode(frames)
+        header, routing, msg_type = msg.header, msg.routing, msg.msg_type
+        handler = handlers.get(msg_type)
+        if handler is None:
+            raise DecodeError(f"{sender} does not handle {msg_type!r}", routing, header)
+        result = handler(msg)
+        body, blobs = result if isinstance(result, tuple) else (result, [])
+        status = "ok"
+    except (DecodeError, VersionError) as exc:
+        routing, header = exc.routing, exc.header
+        body, blobs, status = error_reply(exc), [], exc.code.value
+    except ProtocolError as exc:
+        body, blobs, status = error_reply(exc), [], exc.code.value
+    except Exception as exc:  # a bug: answer it, log it, keep serving
+        log.exception("handler_failed", msg_type=msg_type)
+        body, blobs, status = error_reply(exc), [], "internal"
+    if stats is not None:
+        stats.incr(f"requests.{msg_type}.{status}")
+    try:
+        sock.send_multipart(envelope.encode(body, parent=header, sender=sender, routing=routing, blobs=blobs))
+    except zmq.ZMQError as exc:
+        log.warning("reply_failed", error=str(exc))
+    log.info(
+        "request",
+        msg_type=msg_type,
+        status=status,
+        msg_id=header.msg_id if header else None,
+        ms=round((time.perf_counter() - started) * 1000, 2),
+        **(getattr(body, "timings_ms", None) and {"timings_ms": body.timings_ms} or {}),
+    )
+
+
+class ControlServer(threading.Thread):
+    """Answers control requests on ``<daemon>.ctl`` in its own thread, so it never waits behind work."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        daemon: str,
+        log: Any,
+        stats: Stats,
+        stop: threading.Event,
+        status_fn: Callable[[], dict[str, Any]] | None = None,
+        queue_depth_fn: Callable[[], int] | None = None,
+        extra: dict[str, Handler] | None = None,
+    ) -> None:
+        super().__init__(name=f"{daemon}-control", daemon=True)
+        self.sock = make_socket(ctx, zmq.ROUTER)
+        bind(self.sock, endpoint)
+        self.daemon_name = daemon
+        self.log = log
+        self.stats = stats
+        self.stop_event = stop
+        self.started_at = time.time()
+        self.status_fn = status_fn or (lambda: {})
+        self.queue_depth_fn = queue_depth_fn or (lambda: 0)
+        self.handlers: dict[str, Handler] = {
+            "status_request": self._status,
+            "ping_request": lambda m: PingReply(daemon=self.daemon_name),
+            "shutdown_request": self._shutdown,
+            **(extra or {}),
+        }
+
+    def _status(self, msg: Message) -> StatusReply:
+        return StatusReply(
+            daemon=self.daemon_name,
+            pid=os.getpid(),
+            version=VERSION,
+            protocol=envelope.PROTOCOL_VERSION,
+            uptime_s=round(time.time() - self.started_at, 3),
+            queue_depth=self.queue_depth_fn(),
+            counters=self.stats.snapshot(),
+            details=self.status_fn(),
+        )
+
+    def _shutdown(self, msg: Message) -> ShutdownReply:
+        self.log.info("shutdown_requested")
+        self.stop_event.set()
+        return ShutdownReply()
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while True:
+            if poller.poll(200):
+                serve_requests(self.sock, self.handlers, self.log, self.daemon_name, self.stats)
+            elif self.stop_event.is_set():
+                break
+        self.sock.close(0)
+
+
+def install_signal_handlers(stop: threading.Event, log: Any) -> None:
+    """SIGTERM/SIGINT set ``stop``: the daemon finishes what it holds, then exits."""
+
+    def handler(signum: int, frame: object) -> None:
+        log.info("signal", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+class Client:
+    """Request-reply client (Lazy Pirate): one DEALER, a deadline per call, a fresh socket after a timeout.
+
+    ``request`` returns the reply Message or raises the ProtocolError the reply carries
+    (``Timeout`` when nothing came back in time).
+    """
+
+    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, sender: str = "client", curve: dict[str, bytes] | None = None) -> None:
+        self.endpoint = endpoint
+        self.ctx = ctx or zmq.Context.instance()
+        self.sender = sender
+        self.curve = curve
+        self._sock: zmq.Socket | None = None
+        self._lock = threading.Lock()
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            sock = make_socket(self.ctx, zmq.DEALER)
+            if self.curve:
+                sock.curve_serverkey = self.curve["server_public"]
+                sock.curve_publickey = self.curve["public"]
+                sock.curve_secretkey = self.curve["secret"]
+            sock.connect(self.endpoint)
+            self._sock = sock
+        return self._sock
+
+    def _reset(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+    def request(self, body: Body, timeout_ms: int = 5000, blobs: list[bytes] | tuple[bytes, ...] = (), retries: int = 0, session: str = "") -> Message:
+        with self._lock:
+            for attempt in range(retries + 1):
+                sock = self._socket()
+                frames = envelope.encode(body, sender=self.sender, blobs=blobs, session=session)
+                msg_id = msgspec.json.decode(frames[1])["msg_id"]
+                sock.send_multipart(frames)
+                deadline = time.monotonic() + timeout_ms / 1000
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not sock.poll(int(left * 1000) + 1):
+                        break
+                    reply = envelope.decode(sock.recv_multipart())
+                    if reply.header.parent_id and reply.header.parent_id != msg_id:
+                        continue  # a late answer to an earlier, timed-out request
+                    if isinstance(reply.body, ErrorReply):
+                        raise error_for(reply.body.code, reply.body.message)
+                    return reply
+                self._reset()
+            raise Timeout(f"no reply from {self.endpoint} within {timeout_ms} ms")
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
+
+
+def wait_ready(endpoint: str, timeout_s: float = 30.0, ctx: zmq.Context | None = None) -> None:
+    """Block until the control socket at ``endpoint`` answers a ping (raise Timeout otherwise)."""
+    client = Client(endpoint, ctx=ctx, sender="wait_ready")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                client.request(PingRequest(), timeout_ms=300)
+                return
+            except Timeout:
+                if time.monotonic() > deadline:
+                    raise Timeout(f"{endpoint} not ready after {timeout_s:.0f} s") from None
+    finally:
+        client.close()
+
+
+def control_request(endpoint: str, body: Body, timeout_ms: int = 2000) -> Message:
+    """One-shot control request (status, shutdown, reconcile ...)."""
+    client = Client(endpoint, sender="control")
+    try:
+        return client.request(body, timeout_ms=timeout_ms)
+    finally:
+        client.close()
+
+
+__all__ = [
+    "Client",
+    "ControlServer",
+    "Stats",
+    "bind",
+    "control_request",
+    "error_reply",
+    "install_signal_handlers",
+    "make_socket",
+    "prepare_runtime_dir",
+    "serve_requests",
+    "wait_ready",
+    "Internal",
+    "StatusRequest",
+    "ShutdownRequest",
+]

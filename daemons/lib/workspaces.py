@@ -1,0 +1,98 @@
+"""Workspace identity and the registry of workspaces (a JSON file under the data directory).
+
+A workspace id is derived from its absolute path: ``<basename>-<sha1(path)[:12]>``, so the same
+folder always maps to the same index folder ``<data_dir>/indexes/<id>/``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from protocol.errors import UnknownWorkspace
+
+
+def workspace_id(root: str | Path) -> str:
+    path = str(Path(root).resolve())
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(path).name or "root")[:40]
+    return f"{name}-{hashlib.sha1(path.encode()).hexdigest()[:12]}"
+
+
+def index_dir(data_dir: str | Path, wid: str) -> Path:
+    return Path(data_dir) / "indexes" / wid
+
+
+class Registry:
+    """The registered workspaces: ``{id: root}``, stored atomically in ``<data_dir>/workspaces.json``."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.path = Path(data_dir) / "workspaces.json"
+
+    def load(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        return {str(k): str(v) for k, v in data.get("workspaces", {}).items()}
+
+    def add(self, root: str | Path) -> tuple[str, str]:
+        """Register ``root`` (an existing directory); return ``(id, resolved root)``."""
+        resolved = Path(root).resolve()
+        if not resolved.is_dir():
+            raise UnknownWorkspace(f"{root} is not a directory")
+        wid = workspace_id(resolved)
+        entries = self.load()
+        entries[wid] = str(resolved)
+        self._write(entries)
+        return wid, str(resolved)
+
+    def remove(self, wid: str) -> None:
+        entries = self.load()
+        entries.pop(wid, None)
+        self._write(entries)
+
+    def resolve(self, ref: str) -> tuple[str, str]:
+        """Find a workspace by id or by a path inside it; raise UnknownWorkspace otherwise."""
+        entries = self.load()
+        if ref in entries:
+            return ref, entries[ref]
+        if ref:
+            p = Path(ref).resolve()
+            best = None
+            for wid, root in entries.items():
+                r = Path(root)
+                if p == r or r in p.parents:
+                    if best is None or len(root) > len(best[1]):
+                        best = (wid, root)
+            if best:
+                return best
+        elif len(entries) == 1:
+            return next(iter(entries.items()))
+        raise UnknownWorkspace(f"no registered workspace matches {ref!r} (run `wsctx add PATH`)")
+
+    def _write(self, entries: dict[str, str]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".workspaces.")
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"workspaces": entries}, fh, indent=1, sort_keys=True)
+        os.replace(tmp, self.path)
+
+
+def safe_relpath(root: str | Path, path: str) -> str:
+    """Return ``path`` relative to ``root`` if it names a file inside it (no ``..``, no escaping link).
+
+    Raises ``BadMessage`` otherwise; every field that names a file goes through here.
+    """
+    from protocol.errors import BadMessage
+
+    if not path or "\x00" in path:
+        raise BadMessage("empty path or NUL in path")
+    root_p = Path(root).resolve()
+    candidate = Path(path) if os.path.isabs(path) else root_p / path
+    resolved = candidate.resolve()
+    if resolved != root_p and root_p not in resolved.parents:
+        raise BadMessage(f"path {path!r} is outside the workspace")
+    return resolved.relative_to(root_p).as_posix()

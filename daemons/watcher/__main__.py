@@ -1,0 +1,3 @@
+from daemons.watcher.service import main
+
+main()

@@ -1,0 +1,324 @@
+"""The watcher: turns the file system into ``file.changed`` / ``file.deleted`` events for the chunker.
+
+Events from watchdog are only hints. Every ``reconcile_interval_s`` (and on start, and whenever a
+downstream daemon asks after a restart) the watcher walks each workspace, hashes what it finds
+(re-reading only files whose size or mtime moved) and compares with the hashes the table
+holds: files new or different are sent as changed, files the table has and the disk does not
+are sent as deleted. So killing any daemon at any moment loses nothing once it is back.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from daemons.lib import runtime
+from daemons.lib.config import Settings, load_settings
+from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file
+from daemons.lib.log import configure
+from daemons.lib.store import IndexStore
+from daemons.lib.workspaces import Registry, index_dir
+from protocol import envelope
+from protocol.schema import FileChanged, FileDeleted, ReconcileReply, WorkspaceAddReply
+
+#: A file sent but not yet seen in the table is sent again after this long.
+RESEND_AFTER_S = 120.0
+
+
+@dataclass
+class WorkspaceState:
+    wid: str
+    root: Path
+    filt: WorkspaceFilter
+    stat_cache: dict[str, tuple[int, int, FileVerdict]] = field(default_factory=dict)
+    table: dict[str, str] = field(default_factory=dict)  # path -> hash the table holds
+    disk: dict[str, str] = field(default_factory=dict)  # path -> hash on disk (indexable files only)
+    sent: dict[str, tuple[str, float]] = field(default_factory=dict)  # path -> (hash or "", when)
+    skipped: dict[str, str] = field(default_factory=dict)
+    last_reconcile: float = 0.0
+    watch: Any = None
+
+    def pending(self) -> int:
+        changed = sum(1 for p, h in self.disk.items() if self.table.get(p) != h)
+        gone = sum(1 for p in self.table if p not in self.disk)
+        return changed + gone
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: "Watcher", wid: str) -> None:
+        self.watcher, self.wid = watcher, wid
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        for p in (event.src_path, getattr(event, "dest_path", "")):
+            if p:
+                self.watcher.hint(self.wid, os.fsdecode(p), event.is_directory)
+
+
+class Watcher:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.log = configure("watcher")
+        self.ctx = zmq.Context.instance()
+        self.stats = runtime.Stats()
+        self.stop = threading.Event()
+        self.registry = Registry(settings.data_dir)
+        self.workspaces: dict[str, WorkspaceState] = {}
+        self.lock = threading.RLock()
+        self.hints: dict[tuple[str, str], float] = {}
+        self.hint_lock = threading.Lock()
+        self.reconcile_wanted: dict[str, bool] = {}  # wid or "" -> force
+        self.observer = Observer()
+        self.push = runtime.make_socket(self.ctx, zmq.PUSH)
+        self.push.setsockopt(zmq.SNDHWM, 100_000)
+        self.push.connect(settings.endpoint("chunker.in"))
+
+    # ------------------------------------------------------------------ workspaces
+
+    def load_workspaces(self) -> None:
+        for wid, root in self.registry.load().items():
+            if wid not in self.workspaces:
+                self._add(wid, root)
+
+    def _add(self, wid: str, root: str) -> None:
+        rootp = Path(root)
+        if not rootp.is_dir():
+            self.log.warning("workspace_missing", workspace=wid, root=root)
+            return
+        ws = WorkspaceState(wid, rootp.resolve(), WorkspaceFilter(rootp, self.s.include_globs, self.s.exclude_globs, self.s.max_file_bytes))
+        try:
+            ws.watch = self.observer.schedule(_Handler(self, wid), str(ws.root), recursive=True)
+        except OSError as exc:  # inotify limits: the periodic reconcile still keeps it fresh
+            self.log.warning("watch_failed", workspace=wid, error=str(exc))
+        with self.lock:
+            self.workspaces[wid] = ws
+        self.want_reconcile(wid)
+        self.log.info("workspace_added", workspace=wid, root=str(ws.root))
+
+    def _drop(self, wid: str) -> None:
+        ws = self.workspaces.pop(wid, None)
+        if ws and ws.watch is not None:
+            try:
+                self.observer.unschedule(ws.watch)
+            except Exception:  # noqa: BLE001 - the watch may already be gone with its folder
+                pass
+
+    def want_reconcile(self, wid: str = "", force: bool = False) -> None:
+        with self.hint_lock:
+            self.reconcile_wanted[wid] = self.reconcile_wanted.get(wid, False) or force
+
+    # ------------------------------------------------------------------ events
+
+    def hint(self, wid: str, abs_path: str, is_dir: bool) -> None:
+        ws = self.workspaces.get(wid)
+        if ws is None:
+            return
+        try:
+            rel = Path(abs_path).relative_to(ws.root).as_posix()
+        except ValueError:
+            return
+        if rel == "." or rel.startswith(".git/") or rel == ".git":
+            return
+        if is_dir:
+            # A folder appeared, vanished or moved: cheaper to reconcile the workspace than guess.
+            self.want_reconcile(wid)
+            return
+        if rel == ".gitignore" or rel.endswith("/.gitignore"):
+            ws.filt.forget_gitignore(rel.rsplit("/", 1)[0] if "/" in rel else "")
+            self.want_reconcile(wid)
+        with self.hint_lock:
+            self.hints[(wid, rel)] = time.monotonic()
+
+    def _due_hints(self) -> list[tuple[str, str]]:
+        cut = time.monotonic() - self.s.debounce_ms / 1000
+        with self.hint_lock:
+            due = [k for k, t in self.hints.items() if t <= cut]
+            for k in due:
+                del self.hints[k]
+        return due
+
+    def _verdict(self, ws: WorkspaceState, rel: str) -> FileVerdict | None:
+        """The file's verdict, or None when it does not exist or is ignored."""
+        full = ws.root / rel
+        try:
+            if not full.is_file() or ws.filt.is_ignored_path(rel):
+                return None
+            if full.is_symlink() and ws.root not in full.resolve().parents:
+                return None
+            st = full.stat()
+        except OSError:
+            return None
+        cached = ws.stat_cache.get(rel)
+        if cached and cached[0] == st.st_mtime_ns and cached[1] == st.st_size:
+            return cached[2]
+        verdict = classify_file(full, self.s.max_file_bytes)
+        ws.stat_cache[rel] = (st.st_mtime_ns, st.st_size, verdict)
+        if not verdict.ok and ws.skipped.get(rel) != verdict.reason:
+            ws.skipped[rel] = verdict.reason
+            self.log.info("file_skipped", workspace=ws.wid, path=rel, reason=verdict.reason)
+            self.stats.incr("files.skipped")
+        return verdict
+
+    def _check(self, ws: WorkspaceState, rel: str, now: float) -> int:
+        """Compare one file with what the table holds (or will hold, once what was sent lands)
+        and send what is needed; return 1 if something was sent."""
+        verdict = self._verdict(ws, rel)
+        if verdict is None or not verdict.ok:
+            ws.disk.pop(rel, None)
+            if verdict is None:
+                ws.stat_cache.pop(rel, None)
+            if rel not in ws.table and rel not in ws.sent:
+                return 0
+            reason = verdict.reason if verdict else "deleted"
+            if self._in_hand(ws, rel, "", now):
+                return 0
+            return self._send(FileDeleted(workspace=ws.wid, root=str(ws.root), path=rel, reason=reason), ws, rel, "", now)
+        h = verdict.content_hash
+        ws.disk[rel] = h
+        if self._in_hand(ws, rel, h, now):
+            return 0
+        return self._send(FileChanged(workspace=ws.wid, root=str(ws.root), path=rel, content_hash=h), ws, rel, h, now)
+
+    def _in_hand(self, ws: WorkspaceState, rel: str, h: str, now: float) -> bool:
+        """True when the table already has hash ``h`` for ``rel`` ("" = no rows), or it was just sent."""
+        sent = ws.sent.get(rel)
+        if sent is not None:
+            if sent[0] != h:
+                return False
+            return now - sent[1] < RESEND_AFTER_S or ws.table.get(rel, "") == h
+        return ws.table.get(rel, "") == h
+
+    def _send(self, body: FileChanged | FileDeleted, ws: WorkspaceState, rel: str, h: str, now: float) -> int:
+        try:
+            self.push.send_multipart(envelope.encode(body, sender="watcher"), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self.stats.incr("events.dropped")  # the next reconcile sends it again
+            return 0
+        ws.sent[rel] = (h, now)
+        self.stats.incr("events." + ("changed" if h else "deleted"))
+        return 1
+
+    # ------------------------------------------------------------------ reconcile
+
+    def _refresh_table(self, ws: WorkspaceState) -> None:
+        try:
+            store = IndexStore.open_reader(index_dir(self.s.data_dir, ws.wid))
+            ws.table = store.catalog() if store else {}
+        except Exception as exc:  # noqa: BLE001 - a table being rebuilt reads as empty
+            self.log.warning("catalog_failed", workspace=ws.wid, error=str(exc))
+            ws.table = {}
+        for rel in [r for r, (h, _) in ws.sent.items() if ws.table.get(r, "") == h]:
+            del ws.sent[rel]
+
+    def reconcile(self, ws: WorkspaceState, force: bool) -> int:
+        started = time.perf_counter()
+        if not ws.root.is_dir():
+            self.log.warning("workspace_gone", workspace=ws.wid, root=str(ws.root))
+            ws.disk.clear()
+        if force:
+            ws.sent.clear()
+        self._refresh_table(ws)
+        now = time.monotonic()
+        seen = set(ws.filt.iter_files()) if ws.root.is_dir() else set()
+        sent = 0
+        for rel in sorted(seen):
+            sent += self._check(ws, rel, now)
+        for rel in sorted((set(ws.table) | set(ws.disk)) - seen):
+            sent += self._check(ws, rel, now)
+        for rel in set(ws.stat_cache) - seen:
+            ws.stat_cache.pop(rel, None)
+        ws.last_reconcile = time.time()
+        self.stats.incr("reconciles")
+        self.log.info("reconcile", workspace=ws.wid, files=len(ws.disk), table_files=len(ws.table), sent=sent, pending=ws.pending(), force=force, ms=round((time.perf_counter() - started) * 1000, 1))
+        return sent
+
+    # ------------------------------------------------------------------ control
+
+    def _ctl_reconcile(self, msg: envelope.Message) -> ReconcileReply:
+        self.want_reconcile(msg.body.workspace, msg.body.force)
+        return ReconcileReply(queued=1)
+
+    def _ctl_add(self, msg: envelope.Message) -> WorkspaceAddReply:
+        wid, root = self.registry.add(msg.body.path)
+        with self.hint_lock:
+            self.reconcile_wanted.setdefault("", False)
+        return WorkspaceAddReply(workspace=wid, root=root)
+
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "workspaces": {
+                    wid: {
+                        "root": str(ws.root),
+                        "files": len(ws.disk),
+                        "indexed_files": sum(1 for p, h in ws.disk.items() if ws.table.get(p) == h),
+                        "pending": ws.pending(),
+                        "skipped": len(ws.skipped),
+                        "last_reconcile": ws.last_reconcile,
+                    }
+                    for wid, ws in self.workspaces.items()
+                }
+            }
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> None:
+        runtime.prepare_runtime_dir(self.s.runtime_dir)
+        runtime.install_signal_handlers(self.stop, self.log)
+        control = runtime.ControlServer(
+            self.ctx, self.s.control_endpoint("watcher"), "watcher", self.log, self.stats, self.stop,
+            status_fn=self.status, queue_depth_fn=lambda: len(self.hints),
+            extra={"reconcile_request": self._ctl_reconcile, "workspace_add_request": self._ctl_add},
+        )
+        control.start()
+        self.observer.start()
+        self.want_reconcile("")
+        self.log.info("started", runtime_dir=self.s.runtime_dir, data_dir=self.s.data_dir)
+        next_periodic = time.monotonic() + self.s.reconcile_interval_s
+        next_table_check = 0.0
+        while not self.stop.is_set():
+            self.stop.wait(0.05)
+            with self.hint_lock:
+                wanted, self.reconcile_wanted = self.reconcile_wanted, {}
+            if time.monotonic() >= next_periodic:
+                wanted.setdefault("", False)
+                next_periodic = time.monotonic() + self.s.reconcile_interval_s
+            if wanted:
+                with self.lock:
+                    registered = self.registry.load()
+                    for wid in [w for w in self.workspaces if w not in registered]:
+                        self._drop(wid)
+                    self.load_workspaces()
+                    targets = list(self.workspaces) if "" in wanted else [w for w in wanted if w in self.workspaces]
+                    force_all = wanted.get("", False)
+                    for wid in targets:
+                        self.reconcile(self.workspaces[wid], force_all or wanted.get(wid, False))
+            if time.monotonic() >= next_table_check:
+                next_table_check = time.monotonic() + 2.0
+                with self.lock:
+                    for ws in self.workspaces.values():
+                        if ws.sent:
+                            self._refresh_table(ws)
+            due = self._due_hints()
+            if due:
+                now = time.monotonic()
+                with self.lock:
+                    for wid, rel in due:
+                        ws = self.workspaces.get(wid)
+                        if ws is not None:
+                            self._check(ws, rel, now)
+        self.observer.stop()
+        control.join(timeout=2)
+        self.push.close(0)
+        self.log.info("stopped")
+
+def main() -> None:
+    Watcher(load_settings()).run()

@@ -1,0 +1,107 @@
+"""Fine-tune all-MiniLM-L6-v2 as a cross-encoder on the mined pairs (CPU, torch).
+
+    python models/train_cross_encoder/train.py --time-budget 2100
+
+Binary cross-entropy on one logit; AdamW with linear warm-up and decay; length-bucketed batches;
+sequences built with the product's 512/64 rule but capped at --max-len tokens for speed.
+Saves models/.work/ce.pt (state dict) at checkpoints and at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from common import REPO, CrossEncoderModel, collate, load_tokenizer, pair_ids, read_pairs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=str(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz"))
+    ap.add_argument("--out", default=str(REPO / "models/.work/ce.pt"))
+    ap.add_argument("--max-len", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--lr", type=float, default=4e-5)
+    ap.add_argument("--time-budget", type=float, default=2100.0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    tok = load_tokenizer()
+    rows = [r for r in read_pairs(Path(args.data)) if r["split"] == "train"]
+    if args.limit:
+        rng.shuffle(rows)
+        rows = rows[:args.limit]
+    t0 = time.time()
+    enc = [pair_ids(tok, r["query"], r["passage"], args.max_len, 64) for r in rows]
+    labels = [float(r["label"]) for r in rows]
+    print(f"{len(rows)} training pairs, tokenised in {time.time() - t0:.1f}s, "
+          f"mean length {sum(len(e[0]) for e in enc) / len(enc):.0f} tokens", flush=True)
+
+    def batches():
+        idx = list(range(len(enc)))
+        rng.shuffle(idx)
+        out = []
+        chunk = args.batch * 50
+        for s in range(0, len(idx), chunk):
+            part = sorted(idx[s:s + chunk], key=lambda i: len(enc[i][0]))
+            out.extend(part[k:k + args.batch] for k in range(0, len(part), args.batch))
+        rng.shuffle(out)
+        return out
+
+    model = CrossEncoderModel()
+    model.train()
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if not any(x in n for x in no_decay)],
+         "weight_decay": 0.01},
+        {"params": [p for n, p in model.named_parameters() if any(x in n for x in no_decay)],
+         "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=args.lr)
+    per_epoch = math.ceil(len(enc) / args.batch)
+    total = int(per_epoch * args.epochs)
+    warm = max(1, int(0.06 * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
+    loss_fn = nn.BCEWithLogitsLoss()
+    step, t_start, run_loss = 0, time.time(), None
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    done = False
+    while not done:
+        for b in batches():
+            ids, mask, types = collate([enc[i] for i in b])
+            y = torch.tensor([labels[i] for i in b])
+            loss = loss_fn(model(ids, mask, types), y)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            run_loss = loss.item() if run_loss is None else 0.95 * run_loss + 0.05 * loss.item()
+            el = time.time() - t_start
+            if step % 10 == 0:
+                print(f"step {step}/{total} loss {run_loss:.4f} lr {sched.get_last_lr()[0]:.2e} "
+                      f"{step * args.batch / el:.1f} pairs/s {el:.0f}s", flush=True)
+            if step % args.ckpt_every == 0:
+                torch.save(model.state_dict(), args.out)
+            if step >= total or el > args.time_budget:
+                done = True
+                break
+    torch.save(model.state_dict(), args.out)
+    print(f"done: {step} steps, {step * args.batch} pairs, {time.time() - t_start:.0f}s -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
