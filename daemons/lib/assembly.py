@@ -319,16 +319,16 @@ def prompt_text(question: str, blocks: Sequence[Block]) -> str:
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
-def _probs(items: Sequence[tuple[str, float]]) -> str:
-    """``label prob, label prob`` with two decimals."""
-    return ", ".join(f"{lab} {prob:.2f}" for lab, prob in items)
+def _probs(items: Sequence[tuple[str, float | None]]) -> str:
+    """``label prob, label prob`` with two decimals (just the label where there is no probability)."""
+    return ", ".join(lab if prob is None else f"{lab} {prob:.2f}" for lab, prob in items)
 
 
 def context_line(
     searched_query: str,
     reranked_count: int,
-    kept: Sequence[tuple[str, float]],
-    near_misses: Sequence[tuple[str, float]],
+    kept: Sequence[tuple[str, float | None]],
+    near_misses: Sequence[tuple[str, float | None]],
     degraded: Sequence[str] = (),
 ) -> str:
     """One line: the query as searched, candidates reranked, kept hits, near misses, degraded modes.

@@ -24,7 +24,7 @@ import zmq
 
 from protocol import envelope
 from protocol.envelope import DecodeError, Message, VersionError
-from protocol.errors import Internal, ProtocolError, Timeout, error_for
+from protocol.errors import Internal, ProtocolError, Timeout, Unavailable, error_for
 from protocol.schema import (
     Body,
     ErrorReply,
@@ -94,9 +94,11 @@ def error_reply(exc: BaseException) -> ErrorReply:
     return ErrorReply(code="internal", message=f"{type(exc).__name__}: {exc}")
 
 
-def serve_requests(sock: zmq.Socket, handlers: dict[str, Handler], log: Any, sender: str, stats: Stats | None = None) -> None:
-    """Receive one request from ``sock`` (ROUTER), answer it; never raises for bad input."""
-    frames = sock.recv_multipart(copy=True)
+def answer(frames: list[bytes], handlers: dict[str, Handler], log: Any, sender: str, stats: Stats | None = None) -> list[bytes]:
+    """Decode one request, dispatch it, and return the reply frames; never raises for bad input.
+
+    Logs the canonical line of the request: type, status, id, duration and the handler's timings.
+    """
     started = time.perf_counter()
     header = None
     routing: list[bytes] = []
@@ -120,18 +122,80 @@ def serve_requests(sock: zmq.Socket, handlers: dict[str, Handler], log: Any, sen
         body, blobs, status = error_reply(exc), [], "internal"
     if stats is not None:
         stats.incr(f"requests.{msg_type}.{status}")
-    try:
-        sock.send_multipart(envelope.encode(body, parent=header, sender=sender, routing=routing, blobs=blobs))
-    except zmq.ZMQError as exc:
-        log.warning("reply_failed", error=str(exc))
+    timings = getattr(body, "timings_ms", None)
     log.info(
         "request",
         msg_type=msg_type,
         status=status,
         msg_id=header.msg_id if header else None,
         ms=round((time.perf_counter() - started) * 1000, 2),
-        **(getattr(body, "timings_ms", None) and {"timings_ms": body.timings_ms} or {}),
+        **({"timings_ms": timings} if timings else {}),
+        **({"error": body.message} if isinstance(body, ErrorReply) else {}),
     )
+    return envelope.encode(body, parent=header, sender=sender, routing=routing, blobs=blobs)
+
+
+def serve_requests(sock: zmq.Socket, handlers: dict[str, Handler], log: Any, sender: str, stats: Stats | None = None) -> None:
+    """Receive one request from ``sock`` (ROUTER) and answer it in this thread."""
+    reply = answer(sock.recv_multipart(copy=True), handlers, log, sender, stats)
+    try:
+        sock.send_multipart(reply)
+    except zmq.ZMQError as exc:
+        log.warning("reply_failed", error=str(exc))
+
+
+def serve_threaded(
+    ctx: zmq.Context, sock: zmq.Socket, handlers: dict[str, Handler], log: Any, sender: str,
+    stats: Stats, stop: threading.Event, workers: int = 4,
+) -> None:
+    """Serve ``sock`` (ROUTER) until ``stop``, running handlers on a thread pool.
+
+    Only this thread touches ``sock``; finished replies come back over an inproc PULL, one
+    PUSH per pool thread, so slow requests never hold up quick ones.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    inproc = f"inproc://replies-{sender}-{id(sock)}"
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(inproc)
+    local = threading.local()
+
+    def work(frames: list[bytes]) -> None:
+        reply = answer(frames, handlers, log, sender, stats)
+        if not hasattr(local, "push"):
+            local.push = ctx.socket(zmq.PUSH)
+            local.push.setsockopt(zmq.LINGER, 1000)
+            local.push.connect(inproc)
+        local.push.send_multipart(reply)
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{sender}-req")
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    poller.register(pull, zmq.POLLIN)
+    in_flight = 0
+    while not (stop.is_set() and in_flight == 0):
+        events = dict(poller.poll(200))
+        if pull in events:
+            while True:
+                try:
+                    reply = pull.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                in_flight -= 1
+                try:
+                    sock.send_multipart(reply)
+                except zmq.ZMQError as exc:
+                    log.warning("reply_failed", error=str(exc))
+        if sock in events and not stop.is_set():
+            while True:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                in_flight += 1
+                pool.submit(work, frames)
+    pool.shutdown(wait=True)
+    pull.close(0)
 
 
 class ControlServer(threading.Thread):
@@ -212,8 +276,9 @@ class Client:
     (``Timeout`` when nothing came back in time).
     """
 
-    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, sender: str = "client", curve: dict[str, bytes] | None = None) -> None:
+    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, sender: str = "client", curve: dict[str, bytes] | None = None, connect_timeout_ms: int = 250) -> None:
         self.endpoint = endpoint
+        self.connect_timeout_ms = connect_timeout_ms
         self.ctx = ctx or zmq.Context.instance()
         self.sender = sender
         self.curve = curve
@@ -223,6 +288,9 @@ class Client:
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
             sock = make_socket(self.ctx, zmq.DEALER)
+            # Queue nothing for a peer that is not there: a daemon that is down answers
+            # "unavailable" within connect_timeout_ms instead of after the whole deadline.
+            sock.setsockopt(zmq.IMMEDIATE, 1)
             if self.curve:
                 sock.curve_serverkey = self.curve["server_public"]
                 sock.curve_publickey = self.curve["public"]
@@ -240,6 +308,9 @@ class Client:
         with self._lock:
             for attempt in range(retries + 1):
                 sock = self._socket()
+                if not sock.poll(self.connect_timeout_ms, zmq.POLLOUT):
+                    self._reset()
+                    raise Unavailable(f"{self.endpoint} is not accepting connections (daemon down?)")
                 frames = envelope.encode(body, sender=self.sender, blobs=blobs, session=session)
                 msg_id = msgspec.json.decode(frames[1])["msg_id"]
                 sock.send_multipart(frames)
@@ -271,7 +342,8 @@ def wait_ready(endpoint: str, timeout_s: float = 30.0, ctx: zmq.Context | None =
             try:
                 client.request(PingRequest(), timeout_ms=300)
                 return
-            except Timeout:
+            except (Timeout, Unavailable):
+                time.sleep(0.05)
                 if time.monotonic() > deadline:
                     raise Timeout(f"{endpoint} not ready after {timeout_s:.0f} s") from None
     finally:
@@ -298,6 +370,8 @@ __all__ = [
     "make_socket",
     "prepare_runtime_dir",
     "serve_requests",
+    "serve_threaded",
+    "answer",
     "wait_ready",
     "Internal",
     "StatusRequest",

@@ -9,6 +9,7 @@ Saves models/.work/ce.pt (state dict) at checkpoints and at the end.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import time
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--freeze-embeddings", type=int, default=1)
     ap.add_argument("--ckpt-every", type=int, default=100)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -61,21 +63,31 @@ def main() -> None:
 
     model = CrossEncoderModel()
     model.train()
+    if args.freeze_embeddings:  # the 30k x 384 word table: a dense gradient and Adam state for little gain
+        model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
     no_decay = ("bias", "LayerNorm.weight")
     groups = [
-        {"params": [p for n, p in model.named_parameters() if not any(x in n for x in no_decay)],
-         "weight_decay": 0.01},
-        {"params": [p for n, p in model.named_parameters() if any(x in n for x in no_decay)],
-         "weight_decay": 0.0},
+        {"params": [p for n, p in model.named_parameters()
+                    if p.requires_grad and not any(x in n for x in no_decay)], "weight_decay": 0.01},
+        {"params": [p for n, p in model.named_parameters()
+                    if p.requires_grad and any(x in n for x in no_decay)], "weight_decay": 0.0},
     ]
     opt = torch.optim.AdamW(groups, lr=args.lr)
     per_epoch = math.ceil(len(enc) / args.batch)
     total = int(per_epoch * args.epochs)
     warm = max(1, int(0.06 * total))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
+    # linear warm-up, then linear decay to zero by whichever comes first: the planned number
+    # of steps or the wall-clock budget (so a slow machine still ends with a decayed rate)
+    t_start = time.time()
+
+    def factor(s):
+        left = min(max(0.0, (total - s) / max(1, total - warm)),
+                   max(0.0, 1.0 - (time.time() - t_start) / args.time_budget))
+        return min((s + 1) / warm, left)
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     loss_fn = nn.BCEWithLogitsLoss()
-    step, t_start, run_loss = 0, time.time(), None
+    step, run_loss = 0, None
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     done = False
     while not done:
@@ -100,6 +112,12 @@ def main() -> None:
                 done = True
                 break
     torch.save(model.state_dict(), args.out)
+    info = {"pairs_available": len(enc), "steps": step, "batch": args.batch,
+            "pairs_seen": step * args.batch, "epochs_seen": step * args.batch / len(enc),
+            "seconds": round(time.time() - t_start), "lr": args.lr, "max_len": args.max_len,
+            "threads": args.threads, "frozen_word_embeddings": bool(args.freeze_embeddings),
+            "final_running_loss": run_loss, "torch": torch.__version__}
+    Path(args.out).with_name("train_info.json").write_text(json.dumps(info, indent=2))
     print(f"done: {step} steps, {step * args.batch} pairs, {time.time() - t_start:.0f}s -> {args.out}")
 
 

@@ -1,0 +1,3 @@
+from daemons.front.service import main
+
+main()

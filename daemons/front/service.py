@@ -1,0 +1,316 @@
+"""The front: the only socket editors see. It turns an ``ask_request`` into labelled context.
+
+Steps (each timed in ``AskReply.stages``): follow-up rule and focus files -> searcher (fused top
+12) and, at the same time, the team fronts -> reranker (probabilities; fused order if it is
+unavailable) -> threshold and near misses -> widening (from the editor's buffer when sent) ->
+merging, imports, snippet count, character budget -> labels, prompt text, context line.
+A question is always answered: a searcher that is down is replaced by an in-process keyword
+search, a reranker that is down by the fused order, and each degraded mode is named.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from daemons.lib import assembly, runtime
+from daemons.lib.assembly import Hit
+from daemons.lib.chunking import language_for_path
+from daemons.lib.config import Settings, load_settings
+from daemons.lib.conversation import Conversations
+from daemons.lib.focus import focus_files
+from daemons.lib.keywords import query_keywords
+from daemons.lib.log import configure
+from daemons.lib.search import hybrid_search
+from daemons.lib.security import curve_client_keys, secure_server_socket
+from daemons.lib.store import IndexStore
+from daemons.lib.widening import lines_text, split_lines, widen
+from daemons.lib.workspaces import Registry, index_dir, safe_relpath
+from protocol import envelope
+from protocol.errors import BadMessage, ProtocolError
+from protocol.schema import (
+    AskReply,
+    AskRequest,
+    Block,
+    Candidate,
+    NearMiss,
+    RerankRequest,
+    SearchRequest,
+    Stage,
+    StatusRequest,
+)
+
+DEGRADED_SEARCHER_DOWN = "keywords only (searcher unavailable: searched in the front)"
+MAX_BUFFERS_CHARS = 8_000_000
+
+
+class Front:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.log = configure("front")
+        self.ctx = zmq.Context.instance()
+        self.stats = runtime.Stats()
+        self.stop = threading.Event()
+        self.registry = Registry(settings.data_dir)
+        self.conversations = Conversations()
+        self.local = threading.local()
+        self.team_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="team")
+
+    # ------------------------------------------------------------------ peers
+
+    def _client(self, name: str, endpoint: str, curve: dict[str, bytes] | None = None) -> runtime.Client:
+        clients = getattr(self.local, "clients", None)
+        if clients is None:
+            clients = self.local.clients = {}
+        if name not in clients:
+            clients[name] = runtime.Client(endpoint, self.ctx, sender="front", curve=curve)
+        return clients[name]
+
+    def _index_progress(self, wid: str) -> dict[str, Any]:
+        try:
+            reply = self._client("watcher.ctl", self.s.control_endpoint("watcher")).request(StatusRequest(), timeout_ms=300)
+        except ProtocolError:
+            return {}
+        return dict(reply.body.details.get("workspaces", {}).get(wid, {}))
+
+    # ------------------------------------------------------------------ the question
+
+    def _resolve(self, req: AskRequest) -> tuple[str, str]:
+        ref = req.workspace or (req.active_file or "")
+        if not ref and (req.visible_files or req.open_documents):
+            ref = (req.visible_files or req.open_documents)[0]
+        return self.registry.resolve(ref)
+
+    def _rel(self, root: str, path: str | None) -> str | None:
+        if not path:
+            return None
+        return safe_relpath(root, path)
+
+    def ask(self, msg: envelope.Message) -> AskReply:
+        req: AskRequest = msg.body
+        t_start = time.perf_counter()
+        stages: list[Stage] = []
+
+        def stage(name: str, t0: float, **detail: Any) -> None:
+            stages.append(Stage(name=name, ms=round((time.perf_counter() - t0) * 1000, 2), detail=detail))
+
+        if not req.question.strip():
+            raise BadMessage("empty question")
+        if sum(len(v) for v in req.buffers.values()) > MAX_BUFFERS_CHARS:
+            raise BadMessage(f"buffers exceed {MAX_BUFFERS_CHARS} characters")
+        t0 = time.perf_counter()
+        wid, root = self._resolve(req)
+        # Every field that names a file must stay inside the workspace.
+        active = self._rel(root, req.active_file)
+        visible = [self._rel(root, p) for p in req.visible_files]
+        open_docs = [self._rel(root, p) for p in req.open_documents]
+        buffers = {self._rel(root, p): text for p, text in req.buffers.items()}
+        searched, follow_up = self.conversations.effective_question(req.conversation_id, req.question)
+        focus = focus_files(active, visible, self.conversations.previous_files(req.conversation_id), open_docs, limit=self.s.focus_files)
+        stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus)
+
+        threshold = req.settings.threshold if req.settings.threshold is not None else self.s.rerank_threshold
+        snippets = req.settings.snippet_count if req.settings.snippet_count is not None else self.s.snippet_count
+        budget_chars = req.settings.budget_chars if req.settings.budget_chars is not None else self.s.budget_chars
+
+        team_futures = []
+        if req.include_team and self.s.team_fronts:
+            for spec in self.s.team_fronts:
+                team_futures.append((spec, self.team_pool.submit(self._ask_team, spec, searched)))
+
+        # --- search
+        t0 = time.perf_counter()
+        degraded: list[str] = []
+        search_detail: dict[str, Any] = {}
+        try:
+            reply = self._client("searcher", self.s.endpoint("searcher")).request(
+                SearchRequest(
+                    workspace=wid, question=searched, focus_paths=focus, vector_k=self.s.vector_k,
+                    keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top,
+                    embed_timeout_ms=self.s.embed_timeout_ms,
+                ),
+                timeout_ms=self.s.embed_timeout_ms + 5000,
+            )
+            sr = reply.body
+            candidates, keyword_query = sr.candidates, sr.keyword_query
+            degraded += sr.degraded
+            search_detail = {"timings_ms": sr.timings_ms, **sr.index}
+        except ProtocolError as exc:
+            self.log.warning("searcher_unavailable", error=exc.message)
+            candidates, keyword_query = self._local_search(wid, searched, focus)
+            degraded.append(DEGRADED_SEARCHER_DOWN)
+        stage("search", t0, candidates=len(candidates), **search_detail)
+
+        # --- rerank
+        t0 = time.perf_counter()
+        probs: list[float] | None = None
+        rerank_detail: dict[str, Any] = {}
+        if candidates and req.settings.rerank:
+            try:
+                rr = self._client("reranker", self.s.endpoint("reranker")).request(
+                    RerankRequest(query=searched, passages=[f"{c.path}\n{c.text}" for c in candidates]),
+                    timeout_ms=self.s.reranker_timeout_ms + 1000,
+                ).body
+                probs = list(rr.scores)
+                rerank_detail = {"model_id": rr.model_id, "workers": rr.workers, "timings_ms": rr.timings_ms}
+            except ProtocolError as exc:
+                degraded.append(assembly.DEGRADED_FUSED_ORDER)
+                rerank_detail = {"error": exc.code.value, "message": exc.message}
+        elif candidates:
+            degraded.append("fused order (reranking switched off)")
+        stage("rerank", t0, reranked=len(candidates) if probs is not None else 0, **rerank_detail)
+
+        # --- threshold
+        near: list[tuple[Candidate, float]] = []
+        if probs is not None:
+            kept, near = assembly.select_by_threshold(list(zip(candidates, probs)), threshold, self.s.near_misses)
+        else:
+            kept = [(c, c.fused_score) for c in candidates]
+
+        # --- widen
+        t0 = time.perf_counter()
+        file_texts: dict[str, str] = {}
+        languages: dict[str, str | None] = {}
+        hits: list[Hit] = []
+        for cand, score in kept:
+            text = self._file_text(root, cand.path, buffers, file_texts)
+            language = language_for_path(cand.path)
+            languages[cand.path] = language
+            start, end = cand.start_line, cand.end_line
+            if text is not None:
+                start, end = widen(text, language, start, end, self.s.widen_max_chars)
+                body = lines_text(split_lines(text), start, end)
+            else:
+                body = cand.text
+            hits.append(Hit(path=cand.path, start_line=start, end_line=end, text=body, score=score,
+                            retrievers=sorted(cand.ranks), language=language))
+        stage("widen", t0, hits=len(hits), from_buffer=[p for p in file_texts if p in buffers])
+
+        # --- team
+        t0 = time.perf_counter()
+        team_hits: list[Hit] = []
+        for spec, fut in team_futures:
+            try:
+                team_hits += fut.result(timeout=self.s.team_timeout_ms / 1000)
+            except Exception as exc:  # noqa: BLE001 - a team index that fails only loses its hits
+                degraded.append(f"team index {spec.split('#')[0]} unavailable")
+                self.log.warning("team_failed", team=spec, error=str(exc))
+        if team_futures:
+            stage("team", t0, hits=len(team_hits))
+
+        # --- assemble
+        t0 = time.perf_counter()
+        blocks = assembly.merge_hits(hits, file_texts, self.s.block_max_chars)
+        blocks = assembly.add_imports(blocks, file_texts, languages, self.s.imports_max_chars, self.s.block_max_chars)
+        blocks += assembly.merge_hits(team_hits, {}, self.s.block_max_chars)
+        blocks = assembly.budget(blocks, snippets, budget_chars)
+        out_blocks = [
+            Block(label=assembly.label(b), path=b.path, start_line=b.start_line, end_line=b.end_line, text=b.text,
+                  probability=(round(b.score, 4) if probs is not None or b.team else None) if b.kind == assembly.CODE else None,
+                  retrievers=list(b.retrievers), team=b.team_name if b.team else None, kind=b.kind)
+            for b in blocks
+        ]
+        prompt = assembly.prompt_text(req.question, blocks)
+        progress = self._index_progress(wid)
+        if progress.get("pending"):
+            total = progress.get("files", 0)
+            done = progress.get("indexed_files", 0)
+            pct = int(100 * done / total) if total else 0
+            degraded.append(f"index {pct}% built ({done} of {total} files, {progress['pending']} pending)")
+        kept_labels = [(assembly.label(b), b.score if probs is not None else None) for b in blocks if b.kind == assembly.CODE and not b.team]
+        near_labels = [(f"{c.path}:{c.start_line}-{c.end_line}", p) for c, p in near]
+        line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded)
+        stage("assemble", t0, blocks=len(out_blocks), chars=sum(len(b.text) for b in out_blocks))
+
+        self.conversations.remember(req.conversation_id, searched, sorted({b.path for b in blocks if not b.team}))
+        stages.append(Stage(name="total", ms=round((time.perf_counter() - t_start) * 1000, 2)))
+        self.stats.incr("questions")
+        if degraded:
+            self.stats.incr("questions.degraded")
+        return AskReply(
+            searched_query=searched, keyword_query=keyword_query, blocks=out_blocks,
+            near_misses=[NearMiss(label=f"{c.path}:{c.start_line}-{c.end_line}", path=c.path, start_line=c.start_line, end_line=c.end_line, probability=round(p, 4)) for c, p in near],
+            prompt=prompt, context_line=line, degraded=degraded, stages=stages,
+            index={"workspace": wid, **progress},
+        )
+
+    def _file_text(self, root: str, path: str, buffers: dict[str | None, str], cache: dict[str, str]) -> str | None:
+        if path in cache:
+            return cache[path]
+        text = buffers.get(path)
+        if text is None:
+            try:
+                full = Path(root) / safe_relpath(root, path)
+                text = full.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError, BadMessage):
+                return None
+        cache[path] = text
+        return text
+
+    def _local_search(self, wid: str, question: str, focus: list[str]) -> tuple[list[Candidate], str]:
+        keyword_query = query_keywords(question)
+        store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
+        if store is None:
+            return [], keyword_query
+        result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k)
+        return [
+            Candidate(chunk_id=r["chunk_id"], path=r["path"], start_line=int(r["start_line"]), end_line=int(r["end_line"]),
+                      text=r["text"], language=r.get("language"), fused_score=float(r["fused_score"]), ranks=r["ranks"])
+            for r in result.candidates
+        ], keyword_query
+
+    def _ask_team(self, spec: str, question: str) -> list[Hit]:
+        """Ask a team front (``tcp://host:port[#workspace]``); its blocks come back as team hits."""
+        endpoint, _, workspace = spec.partition("#")
+        curve = curve_client_keys(self.s) if endpoint.startswith("tcp://") else None
+        client = runtime.Client(endpoint, self.ctx, sender="front-team", curve=curve)
+        try:
+            reply = client.request(AskRequest(question=question, workspace=workspace, include_team=False), timeout_ms=self.s.team_timeout_ms).body
+        finally:
+            client.close()
+        name = endpoint.removeprefix("tcp://")
+        return [
+            Hit(path=b.path, start_line=b.start_line, end_line=b.end_line, text=b.text, score=b.probability or 0.0,
+                retrievers=b.retrievers, team=True, team_name=name)
+            for b in reply.blocks if b.kind == assembly.CODE
+        ]
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> None:
+        runtime.prepare_runtime_dir(self.s.runtime_dir)
+        runtime.install_signal_handlers(self.stop, self.log)
+        sock = runtime.make_socket(self.ctx, zmq.ROUTER)
+        runtime.bind(sock, self.s.endpoint("front"))
+        tcp_sock = None
+        authenticator = None
+        if self.s.front_tcp:
+            tcp_sock = runtime.make_socket(self.ctx, zmq.ROUTER)
+            authenticator = secure_server_socket(self.ctx, tcp_sock, self.s)
+            tcp_sock.bind(self.s.front_tcp)
+        control = runtime.ControlServer(self.ctx, self.s.control_endpoint("front"), "front", self.log, self.stats, self.stop,
+                                        status_fn=lambda: {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp})
+        control.start()
+        handlers = {"ask_request": self.ask}
+        threads = []
+        if tcp_sock is not None:
+            t = threading.Thread(target=runtime.serve_threaded, args=(self.ctx, tcp_sock, handlers, self.log, "front", self.stats, self.stop, 2), daemon=True)
+            t.start()
+            threads.append(t)
+        self.log.info("started", tcp=self.s.front_tcp or None)
+        runtime.serve_threaded(self.ctx, sock, handlers, self.log, "front", self.stats, self.stop, workers=4)
+        for t in threads:
+            t.join(timeout=2)
+        if authenticator is not None:
+            authenticator.stop()
+        sock.close(0)
+        control.join(timeout=2)
+        self.log.info("stopped")
+
+
+def main() -> None:
+    Front(load_settings()).run()

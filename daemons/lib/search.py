@@ -1,0 +1,81 @@
+"""The four searches of one question, folded and fused (SPEC §2), with no sockets.
+
+``hybrid_search`` runs, at once: the ``vector_k`` nearest windows, the ``keyword_k`` best BM25
+chunks, and the same two restricted to the focus files (``focus_k`` each); windows are folded to
+one hit per chunk at the rank of its nearest window; the lists are merged by reciprocal rank
+fusion and the top ``top_n`` returned. Without a query vector (embedder down, slow, or the index
+built with another model) only the keyword lists run.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daemons.lib.fusion import FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR, fold_windows, rrf
+from daemons.lib.store import IndexStore
+
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="search")
+
+
+@dataclass
+class SearchResult:
+    candidates: list[dict[str, Any]]  # rows with fused_score and ranks
+    lists: dict[str, list[str]]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def _timed(fn, *args) -> tuple[list[dict[str, Any]], float]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, (time.perf_counter() - t0) * 1000
+
+
+def hybrid_search(
+    store: IndexStore,
+    keyword_query: str,
+    query_vector: np.ndarray | None,
+    focus_paths: list[str] | None = None,
+    *,
+    vector_k: int = 20,
+    keyword_k: int = 20,
+    focus_k: int = 6,
+    top_n: int = 12,
+    rrf_k: int = 60,
+    use_keywords: bool = True,
+) -> SearchResult:
+    """Run the searches concurrently and return the fused top ``top_n`` chunk rows."""
+    jobs: dict[str, Any] = {}
+    if query_vector is not None and vector_k > 0:
+        jobs[VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, vector_k)
+    if use_keywords and keyword_k > 0:
+        jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, keyword_k)
+    if focus_paths and focus_k > 0:
+        if query_vector is not None:
+            jobs[FOCUS_VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, focus_k, focus_paths)
+        if use_keywords:
+            jobs[FOCUS_KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, focus_k, focus_paths)
+    rows_by_chunk: dict[str, dict[str, Any]] = {}
+    lists: dict[str, list[str]] = {}
+    timings: dict[str, float] = {}
+    for name, fut in jobs.items():
+        rows, ms = fut.result()
+        timings[name] = round(ms, 2)
+        if name in (VECTOR, FOCUS_VECTOR):
+            rows = fold_windows(rows, limit=vector_k if name == VECTOR else focus_k)
+        lists[name] = [r["chunk_id"] for r in rows]
+        for r in rows:
+            rows_by_chunk.setdefault(r["chunk_id"], r)
+    t0 = time.perf_counter()
+    fused = rrf(lists, k=rrf_k)[:top_n]
+    timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
+    candidates = []
+    for f in fused:
+        row = dict(rows_by_chunk[f.id])
+        row["fused_score"] = f.score
+        row["ranks"] = dict(f.ranks)
+        candidates.append(row)
+    return SearchResult(candidates, lists, timings)

@@ -1,0 +1,1 @@
+"""The reranker pool: a broker (``python -m daemons.reranker``) in front of cross-encoder worker processes."""

@@ -1,0 +1,3 @@
+from daemons.reranker.broker import main
+
+main()

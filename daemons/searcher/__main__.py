@@ -1,0 +1,3 @@
+from daemons.searcher.service import main
+
+main()

@@ -1,0 +1,149 @@
+"""The searcher: builds the keyword query, embeds the question, runs the four searches at once,
+folds windows, fuses by RRF and returns the top candidates with text and line ranges.
+
+ROUTER ``searcher`` answers ``search_request``. The query embedding is asked of the embedder
+with a deadline (``embed_timeout_ms``); when it is late, down, or the index was built with
+another model, the vector lists are empty, the keyword lists still run, and ``degraded`` says so.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+from daemons.lib import runtime
+from daemons.lib.config import Settings, load_settings
+from daemons.lib.keywords import query_keywords
+from daemons.lib.log import configure
+from daemons.lib.search import hybrid_search
+from daemons.lib.store import IndexStore
+from daemons.lib.workspaces import Registry, index_dir
+from protocol import envelope
+from protocol.errors import ProtocolError, UnknownWorkspace
+from protocol.schema import Candidate, EmbedQueryRequest, SearchReply
+
+DEGRADED_EMBEDDER_DOWN = "keywords only (embedder unavailable)"
+DEGRADED_EMBEDDER_SLOW = "keywords only (embedder too slow)"
+DEGRADED_REBUILD = "keywords only (index built with another model: rebuild needed)"
+
+
+class QueryEmbedder:
+    """Embeds questions through the embedder daemon, with a deadline; one client per thread."""
+
+    def __init__(self, endpoint: str, ctx: zmq.Context) -> None:
+        self.endpoint, self.ctx = endpoint, ctx
+        self.local = threading.local()
+
+    def embed(self, text: str, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
+        """``(vector, model_id, problem)``; vector is None and problem set when it failed."""
+        client = getattr(self.local, "client", None)
+        if client is None:
+            client = self.local.client = runtime.Client(self.endpoint, self.ctx, sender="searcher")
+        try:
+            reply = client.request(EmbedQueryRequest(text=text), timeout_ms=timeout_ms)
+        except ProtocolError as exc:
+            return None, "", DEGRADED_EMBEDDER_SLOW if exc.code.value == "timeout" else DEGRADED_EMBEDDER_DOWN
+        if not reply.blobs:
+            return None, "", DEGRADED_EMBEDDER_DOWN
+        vec = np.frombuffer(reply.blobs[0], dtype=np.float32)
+        if vec.shape[0] != reply.body.dim:
+            return None, "", DEGRADED_EMBEDDER_DOWN
+        return vec, reply.body.model_id, ""
+
+
+class Searcher:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.log = configure("searcher")
+        self.ctx = zmq.Context.instance()
+        self.stats = runtime.Stats()
+        self.stop = threading.Event()
+        self.registry = Registry(settings.data_dir)
+        self.stores: dict[str, IndexStore] = {}
+        self.lock = threading.Lock()
+        self.embedder = QueryEmbedder(settings.endpoint("embedder.query"), self.ctx)
+
+    def store_for(self, wid: str) -> IndexStore | None:
+        with self.lock:
+            store = self.stores.get(wid)
+            if store is not None and not store.folder.is_dir():
+                store = self.stores.pop(wid)  # rebuilt or deleted under us
+                store = None
+            if store is None:
+                store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
+                if store is not None:
+                    self.stores[wid] = store
+            return store
+
+    def search(self, msg: envelope.Message) -> SearchReply:
+        req = msg.body
+        started = time.perf_counter()
+        entries = self.registry.load()
+        if req.workspace not in entries:
+            raise UnknownWorkspace(f"unknown workspace {req.workspace!r}")
+        timings: dict[str, float] = {}
+        keyword_query = query_keywords(req.question)
+        store = self.store_for(req.workspace)
+        if store is None:
+            return SearchReply(keyword_query=keyword_query, candidates=[], degraded=["index not built yet"], index={"rows": 0})
+        t0 = time.perf_counter()
+        vector, model_id, problem = self.embedder.embed(req.question, req.embed_timeout_ms)
+        timings["embed"] = round((time.perf_counter() - t0) * 1000, 2)
+        meta = store.meta
+        if vector is not None and model_id != meta.get("model_id"):
+            vector, problem = None, DEGRADED_REBUILD
+        degraded = [problem] if problem else []
+        try:
+            result = self._run(store, keyword_query, vector, req)
+        except (OSError, ValueError, RuntimeError) as exc:
+            # The table changed under us (compaction, rebuild): reopen once and retry.
+            self.log.warning("search_retry", error=str(exc))
+            with self.lock:
+                self.stores.pop(req.workspace, None)
+            store = self.store_for(req.workspace)
+            if store is None:
+                return SearchReply(keyword_query=keyword_query, candidates=[], degraded=["index not built yet"])
+            result = self._run(store, keyword_query, vector, req)
+        timings.update(result.timings_ms)
+        candidates = [
+            Candidate(
+                chunk_id=r["chunk_id"], path=r["path"], start_line=int(r["start_line"]), end_line=int(r["end_line"]),
+                text=r["text"], language=r.get("language"), fused_score=float(r["fused_score"]), ranks=r["ranks"],
+            )
+            for r in result.candidates
+        ]
+        timings["total"] = round((time.perf_counter() - started) * 1000, 2)
+        self.stats.incr("searches")
+        if degraded:
+            self.stats.incr("searches.keywords_only")
+        return SearchReply(
+            keyword_query=keyword_query, candidates=candidates, degraded=degraded, timings_ms=timings,
+            index={"model_id": meta.get("model_id"), "list_sizes": {k: len(v) for k, v in result.lists.items()}},
+        )
+
+    def _run(self, store: IndexStore, keyword_query: str, vector: np.ndarray | None, req: Any):
+        return hybrid_search(
+            store, keyword_query, vector, req.focus_paths,
+            vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k,
+        )
+
+    def run(self) -> None:
+        runtime.prepare_runtime_dir(self.s.runtime_dir)
+        runtime.install_signal_handlers(self.stop, self.log)
+        sock = runtime.make_socket(self.ctx, zmq.ROUTER)
+        runtime.bind(sock, self.s.endpoint("searcher"))
+        control = runtime.ControlServer(self.ctx, self.s.control_endpoint("searcher"), "searcher", self.log, self.stats, self.stop,
+                                        status_fn=lambda: {"open_tables": list(self.stores)})
+        control.start()
+        self.log.info("started")
+        runtime.serve_threaded(self.ctx, sock, {"search_request": self.search}, self.log, "searcher", self.stats, self.stop, workers=4)
+        sock.close(0)
+        control.join(timeout=2)
+        self.log.info("stopped")
+
+
+def main() -> None:
+    Searcher(load_settings()).run()

@@ -1,0 +1,348 @@
+"""The index path end to end: real watcher, chunker and embedder processes on a small workspace."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from daemons.lib.workspaces import index_dir
+from daemons.lib.store import IndexStore
+from protocol.schema import RebuildRequest, ReconcileRequest
+from tests.support import Daemons, open_table, register, table_mismatches, wait_until
+
+MAX_BYTES = 6000
+INDEX_TIMEOUT = 90
+
+PY = '''"""Retry helpers for HTTP calls."""
+import time
+
+import requests
+
+
+def fetch_with_retry(url: str, attempts: int = 5) -> requests.Response:
+    """GET ``url``, backing off exponentially on server errors."""
+    for i in range(attempts):
+        resp = requests.get(url, timeout=10)
+        if resp.status_code < 500:
+            return resp
+        time.sleep(2 ** i)
+    raise RuntimeError(f"gave up on {url}")
+
+
+class RetryPolicy:
+    def __init__(self, attempts: int = 3, base_delay: float = 0.5) -> None:
+        self.attempts = attempts
+        self.base_delay = base_delay
+
+    def delays(self):
+        return [self.base_delay * 2 ** i for i in range(self.attempts)]
+'''
+
+TS = '''import { readFileSync } from "fs";
+
+export interface Config {
+  port: number;
+  host: string;
+  verbose: boolean;
+}
+
+export function parseConfig(path: string): Config {
+  const raw = JSON.parse(readFileSync(path, "utf8"));
+  return {
+    port: Number(raw.port ?? 8080),
+    host: String(raw.host ?? "localhost"),
+    verbose: Boolean(raw.verbose),
+  };
+}
+
+export class ConfigWatcher {
+  private current: Config;
+  constructor(private readonly path: string) {
+    this.current = parseConfig(path);
+  }
+  reload(): Config {
+    this.current = parseConfig(this.path);
+    return this.current;
+  }
+}
+'''
+
+GO = '''package cache
+
+import "container/list"
+
+// LRU is a least-recently-used cache of fixed capacity.
+type LRU struct {
+	capacity int
+	order    *list.List
+	items    map[string]*list.Element
+}
+
+type entry struct {
+	key   string
+	value []byte
+}
+
+// New makes an LRU holding at most capacity entries.
+func New(capacity int) *LRU {
+	return &LRU{capacity: capacity, order: list.New(), items: map[string]*list.Element{}}
+}
+
+// Get returns the value for key and marks it recently used.
+func (c *LRU) Get(key string) ([]byte, bool) {
+	el, ok := c.items[key]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(el)
+	return el.Value.(*entry).value, true
+}
+'''
+
+MD = '''# Widget service
+
+The widget service stores widgets and serves them over HTTP.
+
+## Running
+
+Start it with `make run`; it listens on port 8080 unless `PORT` is set.
+
+## Configuration
+
+Settings are read from `config.json` next to the binary. See `src/config.ts` for the fields.
+'''
+
+
+def py_module(i: int) -> str:
+    return f'''"""Generated module number {i} of the batch."""
+
+
+def handler_{i}(request):
+    """Handle request kind {i} and return a response dictionary."""
+    payload = request.get("payload", {{}})
+    total = sum(int(v) for v in payload.values())
+    return {{"kind": {i}, "total": total, "ok": total >= 0}}
+
+
+class Worker{i}:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.processed = 0
+
+    def process(self, item):
+        self.processed += 1
+        return handler_{i}({{"payload": item}})
+'''
+
+
+def make_workspace(root: Path) -> dict[str, str]:
+    """Write the mixed workspace; return {path: why it must not be indexed} for the skipped ones."""
+    files = {
+        "src/retry.py": PY,
+        "src/config.ts": TS,
+        "pkg/cache/lru.go": GO,
+        "README.md": MD,
+        "sub/.gitignore": "secret.py\n",
+        "sub/secret.py": "API_KEY = 'do not index me'\n" * 3,
+        "sub/public.py": "def public_helper():\n    return 'visible to the index'\n",
+        "node_modules/leftpad/index.js": "module.exports = function leftpad(s) { return s; };\n",
+    }
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    (root / "assets").mkdir()
+    (root / "assets" / "blob.dat").write_bytes(b"header\x00\x01\x02binary payload\x00" * 20)
+    (root / "legacy.txt").write_bytes("caf\u00e9 na\u00efve latin-1 text\n".encode("latin-1") * 5)
+    (root / "big.py").write_text("# padding line to exceed the size cap\n" * (MAX_BYTES // 30))
+    return {
+        "sub/secret.py": "ignored",
+        "node_modules/leftpad/index.js": "ignored",
+        "assets/blob.dat": "binary",
+        "legacy.txt": "not UTF-8",
+        "big.py": "larger than",
+    }
+
+
+def make_batch(root: Path, n: int = 30) -> None:
+    (root / "batch").mkdir(exist_ok=True)
+    for i in range(n):
+        (root / "batch" / f"mod_{i:02d}.py").write_text(py_module(i))
+
+
+@pytest.fixture
+def pipeline(daemons, env, workspace):
+    """(Daemons for watcher+chunker+embedder, workspace root, workspace id), workspace registered."""
+    env["WSCTX_MAX_FILE_BYTES"] = str(MAX_BYTES)
+    d: Daemons = daemons(["watcher", "chunker", "embedder"], env)
+    wid = register(d.data_dir, workspace)
+    return d, workspace, wid
+
+
+def wait_synced(d: Daemons, root: Path, timeout: float = INDEX_TIMEOUT) -> None:
+    wait_until(
+        lambda: not table_mismatches(d.data_dir, root, MAX_BYTES), timeout,
+        message=lambda: f"table != disk: {table_mismatches(d.data_dir, root, MAX_BYTES)[:10]}\n{d.log_tail()}",
+    )
+
+
+def indexed_paths(d: Daemons, root: Path) -> set[str]:
+    store = open_table(d.data_dir, root)
+    return set(store.catalog()) if store else set()
+
+
+@pytest.mark.timeout(180)
+def test_mixed_workspace_is_indexed_and_skips_what_it_must(pipeline):
+    """A mixed workspace is fully indexed, and ignored, binary, non-UTF-8 and oversize files get no rows (the last three logged as file_skipped with the reason)."""
+    d, root, wid = pipeline
+    skipped = make_workspace(root)
+    d.start()
+    wait_synced(d, root)
+    paths = indexed_paths(d, root)
+    assert {"src/retry.py", "src/config.ts", "pkg/cache/lru.go", "README.md", "sub/public.py"} <= paths
+    assert not paths & set(skipped), paths & set(skipped)
+    store = open_table(d.data_dir, root)
+    langs = {r["path"]: r["language"] for r in store.rows_for_path("src/retry.py") + store.rows_for_path("pkg/cache/lru.go")}
+    assert langs == {"src/retry.py": "python", "pkg/cache/lru.go": "go"}
+    assert any(r["path"] == "src/retry.py" for r in store.keyword_search("fetch retry", 5))
+    events = wait_until(lambda: {e["path"]: e["reason"] for e in d.log_events("watcher", "file_skipped")}.keys() >= {"assets/blob.dat", "legacy.txt", "big.py"} and d.log_events("watcher", "file_skipped"))
+    reasons = {e["path"]: e["reason"] for e in events}
+    for rel, why in skipped.items():
+        if why == "ignored":
+            assert rel not in reasons  # ignored files are never even read
+        else:
+            assert why in reasons[rel], (rel, reasons.get(rel))
+    counts = d.status("embedder").details["workspaces"][wid]
+    assert counts["problem"] == "" and counts["files"] == len(paths)
+
+
+@pytest.mark.timeout(180)
+def test_edit_delete_rename_keep_table_in_step(pipeline):
+    """Editing a file replaces its rows, deleting removes them, renaming moves them, and a newly ignored file loses its rows."""
+    d, root, wid = pipeline
+    make_workspace(root)
+    d.start()
+    wait_synced(d, root)
+
+    retry = root / "src" / "retry.py"
+    retry.write_text(PY.replace("fetch_with_retry", "fetch_with_zebraquokka_backoff"))
+    wait_synced(d, root)
+    store = open_table(d.data_dir, root)
+    hits = wait_until(lambda: [r for r in store.keyword_search("zebraquokka", 5) if r["path"] == "src/retry.py"])
+    assert all("zebraquokka" in r["text"] for r in hits)
+    assert not [r for r in store.keyword_search("fetch_with_retry", 10) if r["path"] == "src/retry.py" and "fetch_with_retry(" in r["text"]]
+
+    (root / "pkg" / "cache" / "lru.go").unlink()
+    wait_synced(d, root)
+    assert open_table(d.data_dir, root).rows_for_path("pkg/cache/lru.go") == []
+
+    before = {(r["chunk_index"], r["window"], r["content_hash"]) for r in store.rows_for_path("src/config.ts")}
+    os.rename(root / "src" / "config.ts", root / "src" / "settings.ts")
+    wait_synced(d, root)
+    store = open_table(d.data_dir, root)
+    assert store.rows_for_path("src/config.ts") == []
+    assert {(r["chunk_index"], r["window"], r["content_hash"]) for r in store.rows_for_path("src/settings.ts")} == before
+
+    (root / "sub" / ".gitignore").write_text("secret.py\npublic.py\n")
+    wait_until(lambda: "sub/public.py" not in indexed_paths(d, root), 60, message=d.log_tail)
+    wait_synced(d, root)
+
+
+@pytest.mark.timeout(180)
+def test_unchanged_file_costs_nothing(pipeline):
+    """Touching a file, rewriting the same bytes or a forced full reconcile re-embeds nothing."""
+    d, root, wid = pipeline
+    make_workspace(root)
+    d.start()
+    wait_synced(d, root)
+    wait_until(lambda: d.status("embedder").queue_depth == 0 and d.counter("embedder", "files.indexed") == len(indexed_paths(d, root)))
+    indexed = d.counter("embedder", "files.indexed")
+
+    retry = root / "src" / "retry.py"
+    retry.touch()
+    (root / "README.md").write_bytes((root / "README.md").read_bytes())
+    t = time.time()
+    wait_until(lambda: d.status("watcher").details["workspaces"][wid]["last_reconcile"] > t + 0.5)
+    assert d.counter("embedder", "files.indexed") == indexed
+    assert d.counter("watcher", "events.changed") == len(indexed_paths(d, root))  # nothing was sent again
+
+    unchanged = d.counter("embedder", "files.unchanged")
+    d.request("watcher", ReconcileRequest(force=True))
+    n = len(indexed_paths(d, root))
+    wait_until(lambda: d.counter("embedder", "files.unchanged") >= unchanged + n, 60, message=d.log_tail)
+    assert d.counter("embedder", "files.indexed") == indexed
+    wait_synced(d, root)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("victim", ["embedder", "chunker"])
+def test_sigkill_mid_batch_then_restart_catches_up(pipeline, victim):
+    """SIGKILL of the embedder or the chunker while ~30 files are being indexed loses nothing once it is restarted."""
+    d, root, wid = pipeline
+    make_workspace(root)
+    make_batch(root, 30)
+    d.start()
+    counter = "files.indexed" if victim == "embedder" else "files.chunked"
+    wait_until(lambda: d.counter(victim, counter) >= 3, 60, message=d.log_tail)
+    assert table_mismatches(d.data_dir, root, MAX_BYTES), "everything was indexed before the kill: the test proves nothing"
+    assert d.kill(victim, signal.SIGKILL) == -signal.SIGKILL
+    (root / "batch" / "mod_00.py").write_text(py_module(100))  # a change made while it is down
+    d.start(victim)
+    wait_synced(d, root, 150)
+
+
+@pytest.mark.timeout(180)
+def test_watcher_down_changes_are_caught_up(pipeline):
+    """Files created, edited and deleted while the watcher is dead are in the table once it is back."""
+    d, root, wid = pipeline
+    make_workspace(root)
+    d.start()
+    wait_synced(d, root)
+    d.kill("watcher", signal.SIGKILL)
+    (root / "src" / "retry.py").write_text(PY + "\n\ndef added_while_down():\n    return 'watcher was dead'\n")
+    (root / "README.md").unlink()
+    (root / "src" / "new_module.py").write_text(py_module(7))
+    d.start("watcher")
+    wait_synced(d, root)
+    assert "src/new_module.py" in indexed_paths(d, root) and "README.md" not in indexed_paths(d, root)
+    # A clean SIGTERM stop and start is caught up the same way.
+    assert d.terminate("watcher") == 0
+    (root / "src" / "new_module.py").unlink()
+    d.start("watcher")
+    wait_synced(d, root)
+
+
+@pytest.mark.timeout(240)
+def test_changed_chunk_size_needs_rebuild_then_rebuilds(pipeline):
+    """A table built with another chunk size is reported as rebuild needed and left unmixed until a rebuild_request rebuilds it."""
+    d, root, wid = pipeline
+    make_workspace(root)
+    d.start()
+    wait_synced(d, root)
+    store = open_table(d.data_dir, root)
+    before = store.table.to_arrow().select(["id", "content_hash"]).to_pylist()
+    assert store.meta["chunk_max_chars"] == 1000
+
+    # The setting changes for every daemon (one config file); the embedder must refuse to mix.
+    d.terminate("embedder")
+    d.terminate("chunker")
+    d.start("embedder", "chunker", WSCTX_CHUNK_MAX_CHARS="500")
+    problem = wait_until(lambda: d.status("embedder").details["workspaces"][wid]["problem"])
+    assert "rebuild needed" in problem and "chunk_max_chars" in problem
+    (root / "src" / "retry.py").write_text(PY + "\n# edited while a rebuild is needed\n")
+    wait_until(lambda: d.counter("embedder", "batches.refused") >= 1, 60, message=d.log_tail)
+    store = IndexStore.open_reader(index_dir(d.data_dir, wid))
+    assert store.table.to_arrow().select(["id", "content_hash"]).to_pylist() == before
+    assert store.meta["chunk_max_chars"] == 1000
+
+    reply = d.request("embedder", RebuildRequest(workspace=wid), timeout_ms=20000)
+    assert reply.body.workspace == wid
+    wait_until(lambda: open_table(d.data_dir, root).meta["chunk_max_chars"] == 500, 60)
+    wait_synced(d, root)
+    assert d.status("embedder").details["workspaces"][wid]["problem"] == ""
+    store = open_table(d.data_dir, root)
+    texts = [r["text"] for r in store.table.search().where("window = 0").select(["text"]).limit(None).to_list()]
+    assert texts and max(len(t) for t in texts) <= 500 + 100 + 100  # chunk + leading context + slack
