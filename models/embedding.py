@@ -88,6 +88,8 @@ class Embedder:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = int(threads) if threads else (os.cpu_count() or 1)
         so.inter_op_num_threads = 1
+        # The arena keeps the peak of every batch shape it has seen; without it RSS follows the batch.
+        so.enable_cpu_mem_arena = os.environ.get("WSCTX_ORT_ARENA", "0") == "1"
         self.threads = so.intra_op_num_threads
         self._sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._sess.get_inputs()}

@@ -123,7 +123,8 @@ def decode(frames: list[bytes]) -> Message:
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise DecodeError(f"undecodable header: {exc}", routing, None) from None
     major = header.version.split(".", 1)[0]
-    if not major.isdigit() or int(major) != PROTOCOL_MAJOR:
+    # ASCII digits only: "²".isdigit() is True but int("²") raises.
+    if not (major.isascii() and major.isdigit()) or int(major) != PROTOCOL_MAJOR:
         raise VersionError(
             f"protocol version {header.version!r} refused; this side speaks {PROTOCOL_VERSION}", routing, header
         )

@@ -19,9 +19,11 @@ from typing import Any, Iterable
 import lancedb
 import numpy as np
 import pyarrow as pa
-from lancedb.index import FTS, BTree
+from lancedb.index import FTS, BTree, HnswSq
 
 TABLE = "chunks"
+#: Past this many rows a flat vector scan gets slow (~100 ms at 50k rows on 2 cores): build HNSW.
+VECTOR_INDEX_MIN_ROWS = 50_000
 META_KEY = b"wsctx"
 FTS_CONFIG = dict(
     with_position=True, base_tokenizer="simple", language="English", lower_case=True, stem=True,
@@ -164,6 +166,19 @@ class IndexStore:
         with self._lock:
             self.table.optimize(cleanup_older_than=timedelta(minutes=10))
             self._writes_since_optimize = 0
+            self.ensure_vector_index()
+
+    def ensure_vector_index(self, min_rows: int = VECTOR_INDEX_MIN_ROWS) -> bool:
+        """Build the HNSW (scalar-quantised) vector index once the table is large enough.
+
+        Rows added later are searched flat until the next ``optimize`` folds them in.
+        """
+        if any(i.name == "vector_idx" for i in self.table.list_indices()):
+            return False
+        if self.table.count_rows() < min_rows:
+            return False
+        self.table.create_index("vector", config=HnswSq(distance_type="cosine"), replace=True)
+        return True
 
     # ------------------------------------------------------------------ reading
 
@@ -180,10 +195,13 @@ class IndexStore:
 
     def vector_search(self, vector: np.ndarray, k: int, paths: list[str] | None = None) -> list[dict[str, Any]]:
         q = self.table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector").distance_type("cosine")
+        if not paths:
+            # With an ANN index, re-rank a wider pool exactly so recall stays near a flat scan.
+            q = q.refine_factor(4) if hasattr(q, "refine_factor") else q
         if paths:
             q = q.where(path_filter(paths), prefilter=True)
         # Over-fetch windows: results are folded to one hit per chunk afterwards.
-        return q.select(SEARCH_COLUMNS).limit(k * 3).to_list()
+        return q.select([*SEARCH_COLUMNS, "_distance"]).limit(k * 3).to_list()
 
     def keyword_search(self, query: str, k: int, paths: list[str] | None = None) -> list[dict[str, Any]]:
         if not query.strip():
@@ -191,7 +209,7 @@ class IndexStore:
         q = self.table.search(query, query_type="fts", fts_columns="keywords")
         if paths:
             q = q.where(path_filter(paths), prefilter=True)
-        return q.select(SEARCH_COLUMNS).limit(k).to_list()
+        return q.select([*SEARCH_COLUMNS, "_score"]).limit(k).to_list()
 
     def rows_for_path(self, path: str) -> list[dict[str, Any]]:
         return self.table.search().where(f"path = {sql_str(path)}").select(SEARCH_COLUMNS).limit(None).to_list()

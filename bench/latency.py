@@ -1,0 +1,126 @@
+"""Question latency with every daemon up, warm and cold (reranker pool at zero), split by stage.
+
+Brings up watcher, chunker, embedder, searcher, reranker and front on a copy of WORKSPACE,
+waits for the full index, then asks --questions questions (commit subjects of that repository
+from ../shared/eval/commits.jsonl when --repo is given, else generic questions): first warm
+(pool up), then cold (reranker idle time set to --idle seconds; each question waits until the
+pool is back at zero workers). Prints median and p95 per stage; writes bench/results/latency.json.
+
+    python -m bench.latency --workspace /path/to/requests-2.32.3 --repo psf/requests --questions 30
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from daemons.lib.config import load_settings
+from daemons.lib.runtime import Client, control_request, wait_ready
+from daemons.lib.workspaces import Registry
+from protocol.schema import AskRequest, StatusRequest
+
+DAEMONS = ["watcher", "chunker", "embedder", "searcher", "reranker", "front"]
+GENERIC = [
+    "where is the retry logic?", "how is the configuration parsed?", "where are cookies stored?",
+    "how are redirects followed?", "where is authentication handled?", "how are timeouts applied?",
+]
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def questions_for(repo: str | None, n: int) -> list[str]:
+    if repo:
+        path = Path(__file__).resolve().parents[2] / "shared" / "eval" / "commits.jsonl"
+        qs = [json.loads(l)["query"].split("\n")[0] for l in path.read_text().splitlines() if json.loads(l)["repo"] == repo]
+        if qs:
+            return (qs * (n // len(qs) + 1))[:n]
+    return (GENERIC * (n // len(GENERIC) + 1))[:n]
+
+
+def summarise(replies: list) -> dict[str, dict[str, float]]:
+    stages: dict[str, list[float]] = {}
+    for r in replies:
+        for s in r.stages:
+            stages.setdefault(s.name, []).append(s.ms)
+    return {k: {"median_ms": round(statistics.median(v), 1), "p95_ms": round(pct(v, 0.95), 1), "n": len(v)} for k, v in stages.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workspace", required=True)
+    ap.add_argument("--repo", default=None)
+    ap.add_argument("--questions", type=int, default=30)
+    ap.add_argument("--idle", type=float, default=3.0, help="reranker idle seconds for the cold run")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "latency.json"))
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="wsl", dir="/tmp"))
+    ws = tmp / "ws"
+    shutil.copytree(args.workspace, ws, symlinks=True)
+    env = dict(os.environ, WSCTX_RUNTIME_DIR=str(tmp / "run"), WSCTX_DATA_DIR=str(tmp / "data"), WSCTX_CONFIG="/nonexistent",
+               WSCTX_RERANKER_IDLE_S=str(args.idle), PYTHONUNBUFFERED="1")
+    settings = load_settings(env=env)
+    wid, _ = Registry(settings.data_dir).add(ws)
+    procs = []
+    results: dict[str, object] = {"workspace": args.workspace, "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count()}
+    try:
+        for name in DAEMONS:
+            procs.append(subprocess.Popen([sys.executable, "-m", f"daemons.{name}"], env=env, stdout=open(tmp / f"{name}.log", "w"), stderr=subprocess.STDOUT))
+        for name in DAEMONS:
+            wait_ready(settings.control_endpoint(name), timeout_s=90)
+        while True:
+            st = control_request(settings.control_endpoint("watcher"), StatusRequest()).body.details["workspaces"].get(wid, {})
+            if st.get("files") and st.get("pending") == 0:
+                break
+            time.sleep(1)
+        client = Client(settings.endpoint("front"), sender="bench")
+        qs = questions_for(args.repo, args.questions)
+
+        def ask(q: str):
+            return client.request(AskRequest(question=q, workspace=wid), timeout_ms=60000).body
+
+        ask(qs[0])  # start the pool
+        warm = [ask(q) for q in qs]
+        cold = []
+        for q in qs:
+            deadline = time.monotonic() + args.idle + 30
+            while time.monotonic() < deadline:
+                d = control_request(settings.control_endpoint("reranker"), StatusRequest()).body.details
+                if not d.get("live_workers") and not d.get("workers"):
+                    break
+                time.sleep(0.5)
+            cold.append(ask(q))
+        results["warm"] = summarise(warm)
+        results["cold"] = summarise(cold)
+        results["degraded_warm"] = sum(1 for r in warm if r.degraded)
+        results["degraded_cold"] = sum(1 for r in cold if r.degraded)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    for mode in ("warm", "cold"):
+        print(f"\n{mode} ({args.questions} questions)")
+        print(f"{'stage':<10} {'median ms':>10} {'p95 ms':>10}")
+        for stage, v in results[mode].items():  # type: ignore[union-attr]
+            print(f"{stage:<10} {v['median_ms']:>10} {v['p95_ms']:>10}")
+    Path(args.out).write_text(json.dumps(results, indent=1))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

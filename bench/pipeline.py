@@ -1,0 +1,123 @@
+"""End-to-end index pipeline benchmark with the real daemons on a real repository.
+
+Starts watcher, chunker, embedder and searcher as processes on a copy of WORKSPACE, then reports:
+files, chunks and rows indexed; wall time to a full index; save-to-searchable latency (a unique
+word written into a file until a keyword search finds it; median and p95 of --saves); peak
+resident memory (VmHWM) of each daemon. Prints a table and writes bench/results/pipeline.json.
+
+    python -m bench.pipeline --workspace ~/.cache/wsctx-bench/src/requests-2.32.3 --saves 10
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from daemons.lib.config import load_settings
+from daemons.lib.runtime import control_request, wait_ready
+from daemons.lib.store import IndexStore
+from daemons.lib.workspaces import Registry, index_dir
+from protocol.schema import StatusRequest
+
+DAEMONS = ["watcher", "chunker", "embedder", "searcher"]
+
+
+def vm_hwm_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workspace", required=True)
+    ap.add_argument("--saves", type=int, default=10)
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pipeline.json"))
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="wsb", dir="/tmp"))
+    ws = tmp / "ws"
+    shutil.copytree(args.workspace, ws, symlinks=True)
+    env = dict(os.environ, WSCTX_RUNTIME_DIR=str(tmp / "run"), WSCTX_DATA_DIR=str(tmp / "data"), WSCTX_CONFIG="/nonexistent",
+               WSCTX_DEBOUNCE_MS="100", PYTHONUNBUFFERED="1")
+    settings = load_settings(env=env)
+    wid, root = Registry(settings.data_dir).add(ws)
+    procs: dict[str, subprocess.Popen] = {}
+    started = time.perf_counter()
+    try:
+        for name in DAEMONS:
+            log = open(tmp / f"{name}.log", "w")
+            procs[name] = subprocess.Popen([sys.executable, "-m", f"daemons.{name}"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        for name in DAEMONS:
+            wait_ready(settings.control_endpoint(name), timeout_s=60)
+        # Full index: the watcher sees every file with the table's hash.
+        deadline = time.monotonic() + args.timeout
+        status = {}
+        while time.monotonic() < deadline:
+            status = control_request(settings.control_endpoint("watcher"), StatusRequest()).body.details["workspaces"].get(wid, {})
+            if status.get("files") and status.get("pending") == 0:
+                break
+            time.sleep(0.5)
+        full_s = time.perf_counter() - started
+        store = IndexStore.open_reader(index_dir(settings.data_dir, wid))
+        counts = store.counts()
+        # Save to searchable.
+        target = sorted(p for p in ws.rglob("*.py") if p.is_file())[len(list(ws.rglob("*.py"))) // 2]
+        rel = target.relative_to(ws).as_posix()
+        original = target.read_text()
+        latencies = []
+        for i in range(args.saves):
+            word = "zq" + uuid.uuid4().hex[:10]
+            target.write_text(original + f"\n\ndef {word}_marker():\n    return {i}\n")
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 60:
+                hits = store.keyword_search(word, 3)
+                if any(h["path"] == rel for h in hits):
+                    break
+                time.sleep(0.02)
+            latencies.append(time.perf_counter() - t0)
+        target.write_text(original)
+        memory = {name: round(vm_hwm_mb(p.pid), 1) for name, p in procs.items()}
+        disk = sum(f.stat().st_size for f in Path(index_dir(settings.data_dir, wid)).rglob("*") if f.is_file())
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    result = {
+        "workspace": args.workspace,
+        "date": time.strftime("%Y-%m-%d"),
+        "files": counts["files"],
+        "chunks": counts["chunks"],
+        "rows": counts["rows"],
+        "full_index_s": round(full_s, 1),
+        "files_per_s": round(counts["files"] / full_s, 2),
+        "rows_per_s": round(counts["rows"] / full_s, 2),
+        "save_to_searchable_s": {"median": round(statistics.median(latencies), 3), "p95": round(sorted(latencies)[max(0, int(0.95 * len(latencies)) - 1)], 3), "all": [round(x, 3) for x in latencies]},
+        "peak_rss_mb": memory,
+        "index_disk_mb": round(disk / 1e6, 1),
+    }
+    print(f"{'files':>8} {'chunks':>8} {'rows':>8} {'full index s':>13} {'rows/s':>8} {'save->search median s':>22} {'p95':>6}")
+    print(f"{result['files']:>8} {result['chunks']:>8} {result['rows']:>8} {result['full_index_s']:>13} {result['rows_per_s']:>8} {result['save_to_searchable_s']['median']:>22} {result['save_to_searchable_s']['p95']:>6}")
+    print("peak RSS MB:", memory, " index on disk MB:", result["index_disk_mb"])
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

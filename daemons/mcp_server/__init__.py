@@ -1,0 +1,1 @@
+"""MCP server (stdio) exposing the workspace index to MCP clients: ``python -m daemons.mcp_server``."""

@@ -1,0 +1,3 @@
+from daemons.mcp_server.server import main
+
+main()

@@ -1,0 +1,189 @@
+"""The MCP server: the front daemon's answers as MCP tools, over stdio (official ``mcp`` SDK).
+
+Run ``python -m daemons.mcp_server [--workspace PATH] [--runtime-dir DIR]`` from an MCP client's
+configuration. Settings are loaded as the daemons load them (defaults, TOML file, ``WSCTX_*``);
+``WSCTX_MCP_WORKSPACE`` (or ``--workspace``) is the default workspace of ``search_workspace``.
+
+Tools:
+
+- ``search_workspace(question, workspace=None, active_file=None, max_snippets=None)``: the
+  text content is the prompt-ready answer (the instruction, the labelled blocks, then the
+  context line); the structured content holds the blocks (label, path, lines, probability,
+  text), the near misses, the context line, the searched query and the degraded modes.
+  Successive questions of one server process form one conversation, so a follow-up
+  ("and how is it tested?") is searched with the previous question in front.
+- ``workspace_status()``: each daemon's status (``down`` with the reason when it does not answer).
+
+An error reply from a daemon (or a daemon that is down) becomes a tool error (``is_error``) whose
+text is ``<code>: <message>`` and whose structured content is ``{"error": {"code", "message"}}``;
+the server itself keeps running.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel
+
+from daemons.client import DAEMONS, WorkspaceClient
+from protocol.errors import ProtocolError
+
+SERVER_NAME = "wsctx"
+INSTRUCTIONS = (
+    "Search the user's code workspace with search_workspace before answering questions about "
+    "their code. Cite the block labels (path:start-end) you use; ignore blocks that do not bear "
+    "on the question."
+)
+
+
+class BlockOut(BaseModel):
+    label: str
+    path: str
+    start_line: int
+    end_line: int
+    probability: float | None = None
+    kind: str = "code"
+    team: str | None = None
+    retrievers: list[str] = []
+    text: str
+
+
+class NearMissOut(BaseModel):
+    label: str
+    path: str
+    start_line: int
+    end_line: int
+    probability: float
+
+
+class SearchResult(BaseModel):
+    searched_query: str
+    keyword_query: str
+    context_line: str
+    blocks: list[BlockOut]
+    near_misses: list[NearMissOut] = []
+    degraded: list[str] = []
+    workspace: str | None = None
+
+
+class StatusResult(BaseModel):
+    daemons: dict[str, dict[str, Any]]
+    up: list[str]
+    down: list[str]
+
+
+def _error_result(code: str, message: str) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{code}: {message}")],
+        structured_content={"error": {"code": code, "message": message}},
+        is_error=True,
+    )
+
+
+def answer_text(prompt: str, context_line: str) -> str:
+    """What the model reads: the prompt (instruction, labelled blocks) then the context line."""
+    return prompt.rstrip("\n") + "\n\n" + context_line + "\n"
+
+
+def build_server(client: WorkspaceClient, default_workspace: str | None = None) -> MCPServer:
+    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+    conversation = f"mcp-{uuid.uuid4().hex[:12]}"
+
+    @server.tool(
+        description=(
+            "Find the code in the workspace that bears on a question (hybrid keyword + semantic "
+            "search, reranked). Returns labelled code blocks (path:start-end) ready to cite, and "
+            "a context line saying how they were found."
+        )
+    )
+    def search_workspace(
+        question: str,
+        workspace: str | None = None,
+        active_file: str | None = None,
+        max_snippets: int | None = None,
+    ) -> Annotated[CallToolResult, SearchResult]:
+        ws = workspace or default_workspace
+        if active_file and not os.path.isabs(active_file) and not ws:
+            active_file = os.path.abspath(active_file)
+        if max_snippets is not None and max_snippets < 1:
+            return _error_result("bad_message", "max_snippets must be at least 1")
+        try:
+            reply = client.ask(question, workspace=ws, active_file=active_file, conversation_id=conversation, snippet_count=max_snippets)
+        except ProtocolError as exc:
+            return _error_result(exc.code.value, exc.message)
+        except Exception as exc:  # noqa: BLE001 - a socket failure is still a tool error, not a crash
+            return _error_result("internal", f"{type(exc).__name__}: {exc}")
+        result = SearchResult(
+            searched_query=reply.searched_query,
+            keyword_query=reply.keyword_query,
+            context_line=reply.context_line,
+            blocks=[
+                BlockOut(label=b.label, path=b.path, start_line=b.start_line, end_line=b.end_line, probability=b.probability,
+                         kind=b.kind, team=b.team, retrievers=list(b.retrievers), text=b.text)
+                for b in reply.blocks
+            ],
+            near_misses=[
+                NearMissOut(label=n.label, path=n.path, start_line=n.start_line, end_line=n.end_line, probability=n.probability)
+                for n in reply.near_misses
+            ],
+            degraded=list(reply.degraded),
+            workspace=str(reply.index.get("workspace")) if reply.index.get("workspace") else None,
+        )
+        return CallToolResult(
+            content=[TextContent(type="text", text=answer_text(reply.prompt, reply.context_line))],
+            structured_content=result.model_dump(mode="json"),
+        )
+
+    @server.tool(description="Status of each wsctx daemon (watcher, chunker, embedder, searcher, reranker, front) and of the indexing.")
+    def workspace_status() -> Annotated[CallToolResult, StatusResult]:
+        try:
+            statuses = client.status()
+        except Exception as exc:  # noqa: BLE001
+            return _error_result("internal", f"{type(exc).__name__}: {exc}")
+        up = [n for n in DAEMONS if statuses.get(n, {}).get("status") == "ok"]
+        down = [n for n in DAEMONS if n not in up]
+        lines = []
+        for name in DAEMONS:
+            st = statuses.get(name) or {}
+            if st.get("status") == "ok":
+                lines.append(f"{name}: up (pid {st.get('pid')}, uptime {st.get('uptime_s', 0):.0f} s, queue {st.get('queue_depth', 0)})")
+            else:
+                lines.append(f"{name}: down ({st.get('code', '?')}: {st.get('message', '')})")
+        workspaces = ((statuses.get("watcher") or {}).get("details") or {}).get("workspaces") or {}
+        for wid, info in workspaces.items():
+            if isinstance(info, dict):
+                lines.append(
+                    f"workspace {wid}: {info.get('indexed_files', '?')} of {info.get('files', '?')} files indexed, "
+                    f"{info.get('pending', 0)} pending"
+                )
+        result = StatusResult(daemons={k: v or {} for k, v in statuses.items()}, up=up, down=down)
+        return CallToolResult(content=[TextContent(type="text", text="\n".join(lines) + "\n")], structured_content=result.model_dump(mode="json"))
+
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m daemons.mcp_server", description="wsctx MCP server (stdio)")
+    parser.add_argument("--workspace", default=os.environ.get("WSCTX_MCP_WORKSPACE") or None, help="default workspace (id or folder)")
+    parser.add_argument("--runtime-dir", default=None, help="where the daemons' sockets are (default: from the settings)")
+    parser.add_argument("--timeout-ms", type=int, default=30000, help="deadline of one question")
+    args = parser.parse_args(argv)
+    workspace = os.path.abspath(args.workspace) if args.workspace and os.path.isdir(args.workspace) else args.workspace
+    try:
+        client = WorkspaceClient(runtime_dir=args.runtime_dir, timeout_ms=args.timeout_ms)
+    except ValueError as exc:
+        print(f"wsctx mcp server: bad settings: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    try:
+        build_server(client, workspace).run("stdio")
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    main()

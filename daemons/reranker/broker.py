@@ -1,0 +1,532 @@
+"""The reranker broker: ``rerank_request`` in, cross-encoder scores out, scored by worker processes.
+
+Frontend: ROUTER at ``settings.endpoint("reranker")`` (envelope codec; ``rerank_request`` ->
+``rerank_reply`` or ``error_reply``). Backend: ROUTER at ``settings.endpoint("reranker.workers")``
+for the workers (Paranoid Pirate queue, ZeroMQ guide ch. 4; internal frames documented in
+``daemons.reranker.frames``). One ``zmq.Poller`` loop serves both and never blocks on work.
+
+- Workers are spawned on demand (``python -m daemons.reranker.worker``), up to
+  ``reranker_pool_size``, when work arrives and fewer are alive. Work goes to the ready ones as
+  they come: a cold start waits for the first READY, not for all.
+- A request is split when it is first dispatched, across the idle ready workers at that moment:
+  contiguous slices of roughly equal total characters. Parts go to the least recently used idle
+  worker; scores are reassembled in order; one ``RerankReply``.
+- A worker that misses ``LIVENESS`` heartbeats is dropped and killed; one whose process exits is
+  dropped at once. Either way its in-flight part is re-dispatched (a replacement is spawned when
+  needed). A part that has killed ``MAX_ATTEMPTS`` workers fails its request with ``internal``.
+- Workers exit by themselves after ``reranker_idle_s`` without work (BYE); the pool shrinks to zero.
+- A worker that cannot load the model says FAIL with the reason: when no live worker remains, the
+  waiting requests get ``unavailable`` with that reason at once, and for ``FAIL_BACKOFF_S`` new
+  requests get the same answer without a spawn.
+- Work not done by ``reranker_timeout_ms`` after arrival is answered ``timeout``.
+- SIGTERM / ``shutdown_request``: new requests get ``unavailable``, held ones may finish for up to
+  ``DRAIN_S``, workers are told STOP, stragglers terminated then killed, every child reaped.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from daemons.lib import runtime
+from daemons.lib.config import Settings, load_settings
+from daemons.lib.log import configure
+from daemons.reranker import frames as F
+from protocol import envelope
+from protocol.envelope import DecodeError, Header, VersionError
+from protocol.errors import ProtocolError
+from protocol.schema import ErrorReply, RerankReply, RerankRequest
+
+FAIL_BACKOFF_S = 10.0
+STARTUP_TIMEOUT_S = 60.0
+MAX_ATTEMPTS = 3
+DRAIN_S = 3.0
+
+
+def split_by_chars(passages: list[str], k: int) -> list[tuple[int, int]]:
+    """Cut ``passages`` into ``k`` contiguous non-empty slices of roughly equal total characters."""
+    n = len(passages)
+    k = max(1, min(k, n))
+    if k == 1:
+        return [(0, n)]
+    sizes = [max(1, len(p)) for p in passages]
+    total = sum(sizes)
+    cuts = [0]
+    acc = 0
+    j = 0
+    for i in range(1, k):
+        target = total * i / k
+        # advance j while adding the next passage brings the prefix closer to the target
+        lo = cuts[-1] + 1
+        hi = n - (k - i)
+        j = max(j, lo)
+        acc = sum(sizes[:j])
+        while j < hi and abs(acc + sizes[j] - target) <= abs(acc - target):
+            acc += sizes[j]
+            j += 1
+        cuts.append(j)
+    cuts.append(n)
+    return [(cuts[i], cuts[i + 1]) for i in range(k)]
+
+
+@dataclass
+class WorkerState:
+    ident: bytes
+    seq: int
+    proc: subprocess.Popen
+    started: float
+    ready: bool = False
+    pid: int = 0
+    model_id: str = ""
+    expiry: float = 0.0
+    job: "Part | None" = None
+    parts_done: int = 0
+
+
+@dataclass
+class Part:
+    req: "Request"
+    index: int
+    start: int
+    end: int
+    attempt: int = 0
+    worker: bytes | None = None
+    done: bool = False
+
+    @property
+    def job_id(self) -> bytes:
+        return f"{self.req.msg_id}:{self.index}:{self.attempt}".encode()
+
+
+@dataclass
+class Request:
+    routing: list[bytes]
+    header: Header
+    query: str
+    passages: list[str]
+    arrived: float
+    deadline: float
+    parts: list[Part] = field(default_factory=list)
+    scores: list[float | None] = field(default_factory=list)
+    workers_used: set[bytes] = field(default_factory=set)
+    first_dispatch: float | None = None
+    score_ms: float = 0.0
+    model_id: str = ""
+    cold: bool = False
+
+    @property
+    def msg_id(self) -> str:
+        return self.header.msg_id
+
+
+class Broker:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.log = configure("reranker")
+        self.ctx = zmq.Context.instance()
+        self.stats = runtime.Stats()
+        self.stop = threading.Event()
+        self.pool_size = max(1, int(settings.reranker_pool_size))
+        self.hb = float(settings.heartbeat_s)
+        self.workers: dict[bytes, WorkerState] = {}
+        self.procs: dict[bytes, subprocess.Popen] = {}  # every child not yet reaped
+        self.idle: list[bytes] = []  # ready and free, least recently used first
+        self.waiting: deque[Request] = deque()  # not yet split
+        self.pending: deque[Part] = deque()  # split, waiting for a worker
+        self.active: dict[str, Request] = {}  # msg_id -> request (waiting or in progress)
+        self.seq = 0
+        self.model_error = ""
+        self.fail_until = 0.0
+        self.model_id = ""
+        self.served = 0
+        self.next_hb = 0.0
+        self._status: dict[str, Any] = {}
+        self.frontend = runtime.make_socket(self.ctx, zmq.ROUTER)
+        self.backend = runtime.make_socket(self.ctx, zmq.ROUTER)
+        self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)
+
+    # ------------------------------------------------------------------ workers
+
+    def live(self) -> int:
+        return len(self.workers)
+
+    def spawn(self) -> None:
+        self.seq += 1
+        ident = f"w{self.seq}".encode()
+        env = dict(os.environ)
+        env.update(
+            WSCTX_RERANKER_BACKEND=self.s.endpoint("reranker.workers"),
+            WSCTX_RERANKER_WORKER_ID=ident.decode(),
+            WSCTX_RUNTIME_DIR=self.s.runtime_dir,
+            WSCTX_HEARTBEAT_S=str(self.s.heartbeat_s),
+            WSCTX_RERANKER_IDLE_S=str(self.s.reranker_idle_s),
+        )
+        if self.s.reranker_dir:
+            env["WSCTX_RERANKER_DIR"] = self.s.reranker_dir
+        proc = subprocess.Popen([sys.executable, "-m", "daemons.reranker.worker"], env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        now = time.monotonic()
+        self.workers[ident] = WorkerState(ident=ident, seq=self.seq, proc=proc, started=now, pid=proc.pid, expiry=now + STARTUP_TIMEOUT_S)
+        self.procs[ident] = proc
+        self.stats.incr("workers.spawned")
+        self.log.info("worker_spawned", worker=ident.decode(), worker_pid=proc.pid)
+
+    def ensure_workers(self) -> None:
+        if self.stop.is_set() or time.monotonic() < self.fail_until:
+            return
+        if not (self.waiting or self.pending or any(w.job for w in self.workers.values())):
+            return
+        while self.live() < self.pool_size:
+            self.spawn()
+
+    def send_worker(self, ident: bytes, *frames: bytes) -> bool:
+        try:
+            self.backend.send_multipart([ident, F.MAGIC, *frames], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:  # unroutable (gone) or full: treat as gone
+            self.log.warning("worker_send_failed", worker=ident.decode(), error=str(exc))
+            w = self.workers.get(ident)
+            if w is not None:
+                self.drop(w, "unreachable", kill=True)
+            return False
+
+    def drop(self, w: WorkerState, reason: str, kill: bool = False) -> None:
+        """Forget a worker; give its in-flight part back to the queue."""
+        self.workers.pop(w.ident, None)
+        if w.ident in self.idle:
+            self.idle.remove(w.ident)
+        part, w.job = w.job, None
+        if part is not None and not part.done and part.req.msg_id in self.active:
+            part.worker = None
+            part.attempt += 1
+            if part.attempt >= MAX_ATTEMPTS:
+                self.finish_error(part.req, "internal", f"a part of this request was lost with {part.attempt} workers")
+            else:
+                self.pending.appendleft(part)
+                self.stats.incr("parts.redispatched")
+        if kill and w.proc.poll() is None:
+            w.proc.kill()
+        self.stats.incr(f"workers.dropped.{reason}")
+        self.log.info("worker_dropped", worker=w.ident.decode(), worker_pid=w.pid, reason=reason, redispatched=part is not None)
+
+    def startup_failed(self, reason: str) -> None:
+        self.model_error = reason
+        self.fail_until = time.monotonic() + FAIL_BACKOFF_S
+        self.stats.incr("model.failures")
+        self.log.error("model_unavailable", error=reason)
+        if not self.workers:  # nobody left who could do the work
+            for req in list(self.active.values()):
+                self.finish_error(req, "unavailable", f"cross-encoder unavailable: {reason}")
+
+    def on_worker(self, msg: list[bytes]) -> None:
+        if len(msg) < 3 or msg[1] != F.MAGIC:
+            self.log.warning("bad_worker_frame", frames=len(msg))
+            return
+        ident, cmd, rest = msg[0], msg[2], msg[3:]
+        w = self.workers.get(ident)
+        if w is None:
+            if cmd not in (F.BYE, F.FAIL):  # a worker we dropped: tell it to go
+                try:
+                    self.backend.send_multipart([ident, F.MAGIC, F.STOP], zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+            return
+        now = time.monotonic()
+        w.expiry = now + self.hb * F.LIVENESS if w.ready or cmd == F.READY else w.expiry
+        if cmd == F.HB:
+            return
+        if cmd == F.READY:
+            info = F.unpack(rest[0]) if rest else {}
+            w.ready, w.pid = True, int(info.get("pid", w.pid))
+            w.model_id = self.model_id = str(info.get("model_id", ""))
+            self.model_error, self.fail_until = "", 0.0
+            self.idle.append(ident)
+            self.log.info("worker_ready", worker=ident.decode(), worker_pid=w.pid, load_ms=info.get("load_ms"), startup_ms=round((now - w.started) * 1000, 1))
+        elif cmd == F.FAIL:
+            info = F.unpack(rest[0]) if rest else {}
+            self.workers.pop(ident, None)
+            self.startup_failed(str(info.get("reason", "unknown reason")))
+        elif cmd == F.BYE:
+            info = F.unpack(rest[0]) if rest else {}
+            self.drop(w, f"bye_{info.get('reason', '?')}")
+        elif cmd in (F.RESULT, F.ERROR) and len(rest) >= 2:
+            part = w.job
+            if part is None or part.job_id != rest[0]:
+                self.log.warning("stale_result", worker=ident.decode(), job=rest[0].decode(errors="replace"))
+                return
+            w.job = None
+            w.parts_done += 1
+            self.idle.append(ident)
+            part.done = True
+            req = part.req
+            if req.msg_id not in self.active:
+                return  # answered already (timeout)
+            body = F.unpack(rest[1])
+            if cmd == F.ERROR:
+                self.finish_error(req, "internal", f"scoring failed: {body.get('message', '')}")
+                return
+            scores = body.get("scores") or []
+            if len(scores) != part.end - part.start:
+                self.finish_error(req, "internal", f"worker returned {len(scores)} scores for {part.end - part.start} passages")
+                return
+            req.scores[part.start : part.end] = [float(x) for x in scores]
+            req.workers_used.add(ident)
+            req.score_ms = max(req.score_ms, float(body.get("ms", 0.0)))
+            req.model_id = w.model_id
+            if all(p.done for p in req.parts):
+                self.finish_ok(req)
+
+    def reap(self) -> None:
+        for ident, proc in list(self.procs.items()):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            del self.procs[ident]
+            w = self.workers.get(ident)
+            if w is None:
+                continue
+            if not w.ready:
+                self.workers.pop(ident, None)
+                self.startup_failed(f"worker exited with code {rc} before it was ready")
+            else:
+                self.drop(w, f"exited_{rc}")
+
+    def check_liveness(self, now: float) -> None:
+        for w in list(self.workers.values()):
+            if now > w.expiry:
+                self.drop(w, "no_heartbeat" if w.ready else "startup_timeout", kill=True)
+                if not w.ready:
+                    self.startup_failed(f"worker not ready after {STARTUP_TIMEOUT_S:.0f} s")
+        if now >= self.next_hb:
+            for w in list(self.workers.values()):
+                if w.ready:
+                    self.send_worker(w.ident, F.HB)
+            self.next_hb = now + self.hb
+
+    # ------------------------------------------------------------------ requests
+
+    def reply(self, req_routing: list[bytes], header: Header | None, body: Any) -> None:
+        try:
+            self.frontend.send_multipart(envelope.encode(body, parent=header, sender="reranker", routing=req_routing), zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            self.log.warning("reply_failed", error=str(exc))
+
+    def _close(self, req: Request) -> None:
+        self.active.pop(req.msg_id, None)
+        try:
+            self.waiting.remove(req)
+        except ValueError:
+            pass
+        for p in list(self.pending):
+            if p.req is req:
+                self.pending.remove(p)
+
+    def _log(self, req: Request, status: str, **extra: Any) -> None:
+        self.stats.incr(f"requests.rerank_request.{status}")
+        self.log.info(
+            "request", msg_type="rerank_request", status=status, msg_id=req.msg_id, passages=len(req.passages),
+            chars=sum(map(len, req.passages)), parts=len(req.parts), workers=len(req.workers_used), cold=req.cold,
+            ms=round((time.monotonic() - req.arrived) * 1000, 2), **extra,
+        )
+
+    def finish_ok(self, req: Request) -> None:
+        self._close(req)
+        now = time.monotonic()
+        timings = {
+            "queue": round(((req.first_dispatch or now) - req.arrived) * 1000, 2),
+            "score": round(req.score_ms, 2),
+            "total": round((now - req.arrived) * 1000, 2),
+        }
+        self.reply(req.routing, req.header, RerankReply(scores=[float(s) for s in req.scores], model_id=req.model_id, workers=len(req.workers_used), timings_ms=timings))
+        self.served += 1
+        self._log(req, "ok", timings_ms=timings)
+
+    def finish_error(self, req: Request, code: str, message: str) -> None:
+        if req.msg_id not in self.active:
+            return
+        self._close(req)
+        self.reply(req.routing, req.header, ErrorReply(code=code, message=message))
+        self._log(req, code, error=message)
+
+    def on_frontend(self, frames: list[bytes]) -> None:
+        started = time.monotonic()
+        try:
+            msg = envelope.decode(frames)
+            if msg.msg_type != "rerank_request" or not isinstance(msg.body, RerankRequest):
+                raise DecodeError(f"reranker does not handle {msg.msg_type!r}", msg.routing, msg.header)
+        except (DecodeError, VersionError) as exc:
+            self.stats.incr(f"requests.bad.{exc.code.value}")
+            self.reply(exc.routing, exc.header, runtime.error_reply(exc))
+            self.log.info("request", msg_type=getattr(exc.header, "msg_type", "?"), status=exc.code.value, error=exc.message)
+            return
+        except ProtocolError as exc:
+            self.log.warning("bad_message", error=exc.message)
+            return
+        body: RerankRequest = msg.body
+        req = Request(
+            routing=msg.routing, header=msg.header, query=body.query, passages=list(body.passages), arrived=started,
+            deadline=started + self.s.reranker_timeout_ms / 1000, scores=[None] * len(body.passages),
+        )
+        if self.stop.is_set():
+            self.active[req.msg_id] = req
+            self.finish_error(req, "unavailable", "reranker is shutting down")
+            return
+        if not req.passages:
+            self.active[req.msg_id] = req
+            self.finish_ok(req)
+            return
+        if not self.workers and started < self.fail_until:
+            self.active[req.msg_id] = req
+            self.finish_error(req, "unavailable", f"cross-encoder unavailable: {self.model_error}")
+            return
+        req.cold = not self.idle
+        self.active[req.msg_id] = req
+        self.waiting.append(req)
+        self.ensure_workers()
+
+    def dispatch(self, now: float) -> None:
+        while self.idle and (self.pending or self.waiting):
+            if not self.pending:
+                req = self.waiting.popleft()
+                slices = split_by_chars(req.passages, len(self.idle))
+                req.parts = [Part(req=req, index=i, start=a, end=b) for i, (a, b) in enumerate(slices)]
+                req.first_dispatch = now
+                self.pending.extend(req.parts)
+                continue
+            part = self.pending.popleft()
+            if part.done or part.req.msg_id not in self.active:
+                continue
+            ident = self.idle.pop(0)
+            w = self.workers[ident]
+            w.job, part.worker = part, ident
+            payload = F.pack({"query": part.req.query, "passages": part.req.passages[part.start : part.end]})
+            if not self.send_worker(ident, F.PART, part.job_id, payload):
+                continue  # drop() put the part back
+        self.ensure_workers()
+
+    def expire(self, now: float) -> None:
+        for req in list(self.active.values()):
+            if now >= req.deadline:
+                self.finish_error(req, "timeout", f"reranking not finished within {self.s.reranker_timeout_ms} ms")
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        return self._status
+
+    def _update_status(self, now: float) -> None:
+        self._status = {
+            "pool_size": self.pool_size,
+            "idle_s": self.s.reranker_idle_s,
+            "heartbeat_s": self.hb,
+            "live_workers": sum(1 for w in self.workers.values() if w.ready),
+            "starting_workers": sum(1 for w in self.workers.values() if not w.ready),
+            "worker_pids": sorted(w.pid for w in self.workers.values() if w.ready),
+            "workers": [
+                {"id": w.ident.decode(), "pid": w.pid, "ready": w.ready, "busy": w.job is not None, "parts": w.parts_done}
+                for w in self.workers.values()
+            ],
+            "children": sorted(p.pid for p in self.procs.values()),
+            "model_id": self.model_id,
+            "last_model_error": self.model_error,
+            "retry_spawn_in_s": round(max(0.0, self.fail_until - now), 1),
+            "requests_served": self.served,
+            "requests_active": len(self.active),
+        }
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> None:
+        runtime.prepare_runtime_dir(self.s.runtime_dir)
+        runtime.install_signal_handlers(self.stop, self.log)
+        runtime.bind(self.backend, self.s.endpoint("reranker.workers"))
+        runtime.bind(self.frontend, self.s.endpoint("reranker"))
+        self._update_status(time.monotonic())
+        control = runtime.ControlServer(
+            self.ctx, self.s.control_endpoint("reranker"), "reranker", self.log, self.stats, self.stop,
+            status_fn=self.status, queue_depth_fn=lambda: len(self.active),
+        )
+        control.start()
+        self.log.info("started", pool_size=self.pool_size, idle_s=self.s.reranker_idle_s, heartbeat_s=self.hb)
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+            control.join(timeout=2)
+            self.frontend.close(0)
+            self.backend.close(0)
+            self.log.info("stopped")
+
+    def _loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.frontend, zmq.POLLIN)
+        poller.register(self.backend, zmq.POLLIN)
+        drain_until: float | None = None
+        while True:
+            now = time.monotonic()
+            if self.stop.is_set():
+                if drain_until is None:
+                    drain_until = now + DRAIN_S
+                    self.log.info("draining", active=len(self.active))
+                if not self.active or now >= drain_until:
+                    for req in list(self.active.values()):
+                        self.finish_error(req, "unavailable", "reranker is shutting down")
+                    return
+            timeout = min(100, max(1, int((self.next_hb - now) * 1000)))
+            events = dict(poller.poll(timeout))
+            if self.backend in events:
+                for _ in range(100):
+                    try:
+                        self.on_worker(self.backend.recv_multipart(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+            if self.frontend in events:
+                for _ in range(100):
+                    try:
+                        self.on_frontend(self.frontend.recv_multipart(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+            now = time.monotonic()
+            self.reap()
+            self.check_liveness(now)
+            self.expire(now)
+            self.dispatch(now)
+            self._update_status(now)
+
+    def _shutdown(self) -> None:
+        for w in list(self.workers.values()):
+            if w.ready:
+                try:
+                    self.backend.send_multipart([w.ident, F.MAGIC, F.STOP], zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+            elif w.proc.poll() is None:
+                w.proc.terminate()  # still loading: nothing to finish
+        deadline = time.monotonic() + 3.0
+        for sig_step in ("wait", "terminate", "kill"):
+            for proc in list(self.procs.values()):
+                if proc.poll() is None and sig_step == "terminate":
+                    proc.terminate()
+                elif proc.poll() is None and sig_step == "kill":
+                    proc.kill()
+            while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
+                time.sleep(0.05)
+            deadline = time.monotonic() + 2.0
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                self.log.error("worker_not_reaped", worker_pid=proc.pid)
+        self.workers.clear()
+        self.log.info("workers_stopped", count=len(self.procs))
+        self.procs.clear()
+
+
+def main() -> None:
+    Broker(load_settings()).run()

@@ -1,0 +1,286 @@
+"""The reranker pool as real processes: broker + worker processes over ipc, faults by environment."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from daemons.lib import runtime
+from daemons.lib.config import load_settings
+from protocol.errors import Unavailable
+from protocol.schema import RerankReply, RerankRequest, StatusRequest
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_MODEL = REPO / "models" / "artifacts" / "cross-encoder"
+TOKENIZER = REPO / "models" / "artifacts" / "minilm-l6-v2" / "tokenizer.json"
+
+
+def _build_fixture_model(folder: Path) -> Path:
+    """A tiny ONNX 'cross-encoder' (mean of per-token weights) with a real tokenizer, for when the real one is not built."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = json.loads(TOKENIZER.read_text())["model"]["vocab"]
+    weights = np.random.default_rng(7).normal(0, 2, size=(len(vocab), 1)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["W", "input_ids"], ["emb"], axis=0),  # B,T,1
+            helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["maskf", "ax2"], ["mask3"]),
+            helper.make_node("Mul", ["emb", "mask3"], ["masked"]),
+            helper.make_node("ReduceSum", ["masked", "ax1"], ["total"], keepdims=0),  # B,1
+            helper.make_node("ReduceSum", ["mask3", "ax1"], ["count"], keepdims=0),
+            helper.make_node("Div", ["total", "count"], ["logits"]),
+        ],
+        "fixture_ce",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "T"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"]),
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", 1])],
+        [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(np.array([2], np.int64), "ax2"),
+         numpy_helper.from_array(np.array([1], np.int64), "ax1")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "model.int8.onnx"))
+    shutil.copy(TOKENIZER, folder / "tokenizer.json")
+    sums = {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in ("model.int8.onnx", "tokenizer.json")}
+    (folder / "manifest.json").write_text(json.dumps({"name": "fixture-ce", "version": "0", "sha256": sums}))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    if (REAL_MODEL / "manifest.json").is_file():
+        return REAL_MODEL
+    return _build_fixture_model(tmp_path_factory.mktemp("ce"))
+
+
+def _passages(n: int = 12, size: int = 1000) -> list[str]:
+    out = []
+    for i in range(n):
+        body = (
+            f"def handle_request_{i}(sock, frames):\n"
+            f"    # decode the envelope and dispatch message number {i}\n"
+            "    msg = envelope.decode(frames)\n    handler = handlers.get(msg.msg_type)\n"
+            "    return handler(msg) if handler else error_reply(BadMessage('unknown type'))\n"
+        )
+        text = f"daemons/lib/mod{i}.py\n" + (body * (size // len(body) + 1))
+        out.append(text[: size - 50 * (i % 3)])
+    return out
+
+
+QUERY = "how does the daemon decode and dispatch a request?"
+
+
+def _pids_with_runtime_dir(rt: str) -> list[int]:
+    """Processes (any parent) whose environment names this test's runtime dir."""
+    needle = f"WSCTX_RUNTIME_DIR={rt}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            state = (d / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            found.append(int(d.name))
+    return found
+
+
+class Pool:
+    """One broker process and its settings; ``stop`` always leaves no process behind."""
+
+    def __init__(self, model: Path | str, **env: str) -> None:
+        self.dir = tempfile.mkdtemp(prefix="wsr", dir="/tmp")
+        self.env = dict(os.environ)
+        self.env.update(
+            WSCTX_RUNTIME_DIR=f"{self.dir}/run", WSCTX_DATA_DIR=f"{self.dir}/data", WSCTX_CONFIG="/nonexistent",
+            WSCTX_RERANKER_DIR=str(model), PYTHONPATH=str(REPO),
+        )
+        for k in [k for k in self.env if k.startswith("WSCTX_FAULT_")]:
+            del self.env[k]
+        self.env.update(env)
+        self.settings = load_settings(env=self.env)
+        self.log = open(f"{self.dir}/reranker.log", "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "daemons.reranker"], cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        runtime.wait_ready(self.settings.control_endpoint("reranker"), timeout_s=20)
+        self.client = runtime.Client(self.settings.endpoint("reranker"), sender="test")
+
+    def rerank(self, passages: list[str], query: str = QUERY, timeout_ms: int = 30000) -> RerankReply:
+        return self.client.request(RerankRequest(query=query, passages=passages), timeout_ms=timeout_ms).body
+
+    def status(self) -> dict:
+        return runtime.control_request(self.settings.control_endpoint("reranker"), StatusRequest()).body.details
+
+    def wait_status(self, pred, timeout_s: float = 20.0) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.status()
+            if pred(st):
+                return st
+            if time.monotonic() > deadline:
+                raise AssertionError(f"status never matched: {st}")
+            time.sleep(0.1)
+
+    def terminate(self, timeout_s: float = 15.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in _pids_with_runtime_dir(self.env["WSCTX_RUNTIME_DIR"]):
+            os.kill(pid, signal.SIGKILL)
+        self.log.close()
+
+    def log_text(self) -> str:
+        return Path(f"{self.dir}/reranker.log").read_text(errors="replace")
+
+
+@pytest.fixture
+def make_pool(model_dir):
+    pools: list[Pool] = []
+
+    def make(model: Path | str | None = None, **env: str) -> Pool:
+        pools.append(Pool(model or model_dir, **env))
+        return pools[-1]
+
+    yield make
+    for p in pools:
+        p.stop()
+        shutil.rmtree(p.dir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.timeout(120)
+def test_scores_in_order_match_in_process_and_pool_size_respected(make_pool, model_dir):
+    """Twelve passages come back scored in order, equal to in-process scoring, split over the two workers a pool size of 2 allows."""
+    from models.cross_encoder import load_cross_encoder
+
+    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="2")
+    passages = _passages()
+    t0 = time.perf_counter()
+    cold = pool.rerank(passages)
+    cold_ms = (time.perf_counter() - t0) * 1000
+    st = pool.wait_status(lambda s: s["live_workers"] == 2)
+    assert st["pool_size"] == 2 and len(set(st["worker_pids"])) == 2
+    assert all(_alive(pid) for pid in st["worker_pids"])
+    t0 = time.perf_counter()
+    warm = pool.rerank(passages)
+    warm_ms = (time.perf_counter() - t0) * 1000
+    expected = load_cross_encoder(model_dir, threads=1).score(QUERY, passages)
+    for reply in (cold, warm):
+        assert len(reply.scores) == 12
+        assert reply.scores == pytest.approx(expected, abs=1e-4)
+    assert warm.workers == 2
+    assert pool.status()["live_workers"] == 2  # never more than the pool size
+    print(f"\nlatency 12x~1000 chars ({model_dir.name}): cold {cold_ms:.0f} ms, warm {warm_ms:.0f} ms, warm timings {warm.timings_ms}")
+
+
+@pytest.mark.timeout(60)
+def test_broken_model_gives_unavailable_quickly(make_pool, tmp_path):
+    """A model folder without a usable model gets `unavailable` with the reason, well before the deadline, and again without a respawn."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{not json")
+    pool = make_pool(broken, WSCTX_RERANKER_TIMEOUT_MS="20000")
+    t0 = time.monotonic()
+    with pytest.raises(Unavailable, match="manifest"):
+        pool.rerank(_passages(3))
+    assert time.monotonic() - t0 < 10
+    st = pool.status()
+    assert "manifest" in st["last_model_error"] and st["live_workers"] == 0
+    t0 = time.monotonic()
+    with pytest.raises(Unavailable, match="manifest"):
+        pool.rerank(_passages(3))
+    assert time.monotonic() - t0 < 1.0  # remembered: answered without starting a worker
+    counters = runtime.control_request(pool.settings.control_endpoint("reranker"), StatusRequest()).body.counters
+    assert counters["workers.spawned"] == 1 and counters["requests.rerank_request.unavailable"] == 2
+
+
+@pytest.mark.timeout(120)
+def test_worker_killed_mid_request_still_answers(make_pool, model_dir):
+    """When the first worker dies on its first part, the part is re-dispatched and the full answer still comes back."""
+    from models.cross_encoder import load_cross_encoder
+
+    pool = make_pool(WSCTX_FAULT_WORKER_DIE_AFTER="0", WSCTX_RERANKER_POOL_SIZE="1")
+    passages = _passages()
+    reply = pool.rerank(passages)
+    assert reply.scores == pytest.approx(load_cross_encoder(model_dir, threads=1).score(QUERY, passages), abs=1e-4)
+    st = pool.status()
+    assert st["live_workers"] == 1 and st["workers"][0]["id"] != "w1"
+    assert "worker_dropped" in pool.log_text()
+
+
+@pytest.mark.timeout(120)
+def test_hung_worker_dropped_after_missed_heartbeats(make_pool):
+    """A worker that freezes mid-request is dropped after three missed heartbeats, killed, and its part answered by another."""
+    pool = make_pool(WSCTX_FAULT_WORKER_HANG_AFTER="0", WSCTX_RERANKER_POOL_SIZE="1", WSCTX_HEARTBEAT_S="0.3")
+    reply = pool.rerank(_passages(4))
+    assert len(reply.scores) == 4
+    st = pool.status()
+    assert [w["id"] for w in st["workers"]] != ["w1"]
+    assert "no_heartbeat" in pool.log_text()
+
+
+@pytest.mark.timeout(120)
+def test_idle_pool_shrinks_to_zero_and_restarts(make_pool):
+    """With reranker_idle_s=2 the workers exit, status shows none and their pids are gone, and the next request starts workers again."""
+    pool = make_pool(WSCTX_RERANKER_IDLE_S="2", WSCTX_RERANKER_POOL_SIZE="1")
+    assert len(pool.rerank(_passages(4)).scores) == 4
+    pids = pool.status()["worker_pids"]
+    assert pids
+    pool.wait_status(lambda s: s["live_workers"] == 0 and not s["children"] and not s["workers"], timeout_s=15)
+    assert not any(_alive(pid) for pid in pids)
+    reply = pool.rerank(_passages(4))
+    assert len(reply.scores) == 4
+    assert pool.status()["worker_pids"] and set(pool.status()["worker_pids"]).isdisjoint(pids)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_when_work_exceeds_deadline(make_pool):
+    """Work slower than reranker_timeout_ms is answered `timeout` at the deadline."""
+    from protocol.errors import Timeout
+
+    pool = make_pool(WSCTX_FAULT_WORKER_SCORE_DELAY_MS="5000", WSCTX_RERANKER_TIMEOUT_MS="1500", WSCTX_RERANKER_POOL_SIZE="1")
+    with pytest.raises(Timeout, match="not finished within 1500 ms"):
+        pool.rerank(_passages(2), timeout_ms=10000)
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_leaves_no_worker_processes(make_pool):
+    """After the broker gets SIGTERM it exits 0 and no worker process of its pool is left."""
+    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="2")
+    pool.rerank(_passages(6))
+    st = pool.wait_status(lambda s: s["live_workers"] == 2)
+    assert pool.terminate() == 0
+    assert not any(_alive(pid) for pid in st["worker_pids"])
+    assert _pids_with_runtime_dir(pool.env["WSCTX_RUNTIME_DIR"]) == []
