@@ -126,7 +126,7 @@ def fetch_tree(name: str, version: str, cache: Path = DEFAULT_CACHE) -> Path:
     files = [p for p in sdists.iterdir() if p.suffix in (".gz", ".zip", ".bz2")]
     if not files:
         r = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
              f"{name}=={version}", "-d", str(sdists)], capture_output=True, text=True, timeout=600)
         files = [p for p in sdists.iterdir() if p.suffix in (".gz", ".zip", ".bz2")]
         if not files:

@@ -554,8 +554,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     settings = _settings(args)
     data = gather_status(settings)
     if args.wait:
-        deadline = time.monotonic() + args.timeout
+        started = time.monotonic()
+        deadline = started + args.timeout
         while not indexing_done(data["workspaces"]):
+            for needed in ("watcher", "chunker", "embedder"):
+                if data["daemons"][needed]["state"] == "down" and time.monotonic() > started + 10:
+                    _print_status(data, args.json)
+                    raise CLIError(f"{needed} is not running, so indexing cannot finish: start it with `wsctx up`")
             blocked = [p for e in data["workspaces"].values() for p in e["problems"] if p.startswith("rebuild needed")]
             if blocked:
                 raise CLIError(blocked[0])
@@ -808,6 +813,19 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    """Make a CURVE key pair (for ``front_tcp`` off loopback, and team fronts)."""
+    from daemons.lib.security import make_keys
+
+    folder = Path(args.dir)
+    if (folder / f"{args.name}.key").exists() or (folder / f"{args.name}.key_secret").exists():
+        raise CLIError(f"{folder / args.name}.key already exists: pick another --name or folder")
+    public, secret = make_keys(folder, args.name)
+    print(f"public key: {public}   (give it to the peer: a server's goes in team_server_key_file, a client's in the server's curve_authorized_keys_dir)")
+    print(f"secret key: {secret}   (keep it: curve_secret_key_file)")
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -869,6 +887,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-team", action="store_true", default=False, help="do not ask the team index")
     sp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
     sp.add_argument("--json", action="store_true", default=False, help="print the AskReply as JSON")
+
+    sp = add("keys", cmd_keys, "make a CURVE key pair for tcp access (front_tcp, team fronts)")
+    sp.add_argument("dir", help="folder to write NAME.key and NAME.key_secret into")
+    sp.add_argument("--name", default="wsctx", help="file name stem (default wsctx)")
 
     sp = add("models", cmd_models, "show, verify or try the installed models")
     sp.add_argument("action", nargs="?", default=None, choices=["list", "verify", "score"])

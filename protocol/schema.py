@@ -136,6 +136,9 @@ class ChunkBatch(Body, kw_only=True):
     language: str | None = None
     size_bytes: int = 0
     chunks: list[ChunkRecord]
+    #: The chunker's index-shaping settings (chunk_max_chars, chunk_min_chars, chunk_context_chars);
+    #: the embedder refuses a batch whose shape differs from its own (rows are never mixed). Empty: unchecked.
+    chunk_shape: dict[str, int] = {}
 
 
 # --------------------------------------------------------------------------- query path

@@ -54,7 +54,7 @@ def test_usage_errors_exit_2(argv, capsys):
 def test_help_exits_0(capsys):
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
-    for command in ("up", "down", "status", "add", "rebuild", "logs", "ask", "models"):
+    for command in ("up", "down", "status", "add", "rebuild", "logs", "ask", "keys", "models"):
         assert command in out
 
 
@@ -269,6 +269,17 @@ def test_errors_when_daemons_are_down(dirs, capsys):
     assert cli.main(flags + ["logs"]) == 1
 
 
+def test_status_wait_gives_up_when_the_pipeline_is_down(dirs, capsys):
+    flags, base = dirs
+    (base / "ws").mkdir()
+    cli.main(flags + ["add", str(base / "ws")])
+    capsys.readouterr()
+    started = time.monotonic()
+    assert cli.main(flags + ["status", "--wait", "--timeout", "60"]) == 1
+    assert time.monotonic() - started < 30
+    assert "watcher is not running" in capsys.readouterr().err
+
+
 def test_logs_tail(dirs, capsys):
     flags, base = dirs
     logs = base / "d" / "logs"
@@ -301,6 +312,17 @@ def test_models_list_and_verify(capsys, tmp_path, monkeypatch):
     captured = capsys.readouterr()
     assert "broken: FAILED" in captured.out and "model.onnx: sha256" in captured.out
     assert "failed verification" in captured.err
+
+
+def test_keys_makes_a_curve_pair(tmp_path, capsys):
+    import zmq.auth
+
+    assert cli.main(["keys", str(tmp_path / "k"), "--name", "front"]) == 0
+    public, secret = zmq.auth.load_certificate(str(tmp_path / "k" / "front.key_secret"))
+    assert public and secret
+    assert (tmp_path / "k" / "front.key_secret").stat().st_mode & 0o077 == 0
+    assert cli.main(["keys", str(tmp_path / "k"), "--name", "front"]) == 1
+    assert "already exists" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the real thing

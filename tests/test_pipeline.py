@@ -325,7 +325,7 @@ def test_watcher_down_changes_are_caught_up(pipeline):
 
 @pytest.mark.timeout(240)
 def test_changed_chunk_size_needs_rebuild_then_rebuilds(pipeline):
-    """A table built with another chunk size is reported as rebuild needed and left unmixed until a rebuild_request rebuilds it."""
+    """A table built with another chunk size is reported as rebuild needed and left unmixed until a rebuild_request rebuilds it (and a chunker still on the old size is refused)."""
     d, root, wid = pipeline
     make_workspace(root)
     d.start()
@@ -334,10 +334,8 @@ def test_changed_chunk_size_needs_rebuild_then_rebuilds(pipeline):
     before = store.table.to_arrow().select(["id", "content_hash"]).to_pylist()
     assert store.meta["chunk_max_chars"] == 1000
 
-    # The setting changes for every daemon (one config file); the embedder must refuse to mix.
     d.terminate("embedder")
-    d.terminate("chunker")
-    d.start("embedder", "chunker", WSCTX_CHUNK_MAX_CHARS="500")
+    d.start("embedder", WSCTX_CHUNK_MAX_CHARS="500")
     problem = wait_until(lambda: d.status("embedder").details["workspaces"][wid]["problem"])
     assert "rebuild needed" in problem and "chunk_max_chars" in problem
     (root / "src" / "retry.py").write_text(PY + "\n# edited while a rebuild is needed\n")
@@ -349,8 +347,16 @@ def test_changed_chunk_size_needs_rebuild_then_rebuilds(pipeline):
     reply = d.request("embedder", RebuildRequest(workspace=wid), timeout_ms=20000)
     assert reply.body.workspace == wid
     wait_until(lambda: open_table(d.data_dir, root).meta["chunk_max_chars"] == 500, 60)
+    # The chunker still chunks at 1000: the embedder refuses its batches rather than mislabel them.
+    wait_until(lambda: d.counter("embedder", "batches.shape_mismatch") >= 1, 60, message=d.log_tail)
+    assert "chunk_max_chars" in d.status("embedder").details["chunker_problem"]
+    assert open_table(d.data_dir, root).counts()["rows"] == 0
+
+    d.terminate("chunker")
+    d.start("chunker", WSCTX_CHUNK_MAX_CHARS="500")
     wait_synced(d, root)
     assert d.status("embedder").details["workspaces"][wid]["problem"] == ""
     store = open_table(d.data_dir, root)
     texts = [r["text"] for r in store.table.search().where("window = 0").select(["text"]).limit(None).to_list()]
     assert texts and max(len(t) for t in texts) <= 500 + 100 + 100  # chunk + leading context + slack
+    assert len(texts) > len({r["id"].split("|")[0] for r in before})  # smaller chunks: more of them than files

@@ -20,10 +20,18 @@ from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, chunk_text, lan
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.filtering import classify_file, content_hash, sniff
 from daemons.lib.log import configure
-from daemons.lib.workspaces import safe_relpath
+from daemons.lib.workspaces import Registry, check_event, safe_relpath
 from protocol import envelope
 from protocol.errors import ProtocolError
 from protocol.schema import ChunkBatch, ChunkRecord, FileChanged, FileDeleted, ReconcileRequest
+
+
+CHUNK_SHAPE = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars")
+
+
+def chunk_shape(settings: Settings) -> dict[str, int]:
+    """The settings that shaped a batch's chunks (checked by the embedder against its own)."""
+    return {k: int(getattr(settings, k)) for k in CHUNK_SHAPE}
 
 
 def ask_watcher_to_reconcile(settings: Settings, log, stop: threading.Event, who: str) -> threading.Thread:
@@ -51,6 +59,7 @@ class Chunker:
         self.ctx = zmq.Context.instance()
         self.stats = runtime.Stats()
         self.stop = threading.Event()
+        self.registry = Registry(settings.data_dir)
         self.chunk_settings = ChunkSettings(settings.chunk_max_chars, settings.chunk_min_chars, settings.chunk_context_chars)
         self.pull = runtime.make_socket(self.ctx, zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, 100_000)
@@ -66,14 +75,16 @@ class Chunker:
             self.log.warning("bad_message", error=exc.message)
             return
         body = msg.body
-        if isinstance(body, FileDeleted):
-            self._forward(body, msg)
-            return
-        if not isinstance(body, FileChanged):
+        if not isinstance(body, (FileChanged, FileDeleted)):
             self.stats.incr("messages.unexpected")
+            self.stats.incr("messages.bad")
             self.log.warning("unexpected_message", msg_type=msg.msg_type)
             return
         try:
+            check_event(self.registry, body.workspace, body.root, body.path)
+            if isinstance(body, FileDeleted):
+                self._forward(body, msg)
+                return
             rel = safe_relpath(body.root, body.path)
         except ProtocolError as exc:
             self.stats.incr("messages.bad")
@@ -106,6 +117,7 @@ class Chunker:
         batch = ChunkBatch(
             workspace=body.workspace, root=body.root, path=rel, content_hash=content_hash(data),
             chunker_version=CHUNKER_VERSION, language=language_for_path(rel), size_bytes=len(data),
+            chunk_shape=chunk_shape(self.s),
             chunks=[ChunkRecord(index=c.index, text=c.text, context=c.context, start_line=c.start_line, end_line=c.end_line, language=c.language) for c in chunks],
         )
         self._send(batch, msg)

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import zmq
 
-from daemons.chunker.service import ask_watcher_to_reconcile
+from daemons.chunker.service import ask_watcher_to_reconcile, chunk_shape
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.indexing import build_rows, index_meta
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded
-from daemons.lib.workspaces import Registry, index_dir
+from daemons.lib.workspaces import Registry, check_event, index_dir
 from models.embedding import ModelUnavailable, load_embedder
 from protocol import envelope
 from protocol.errors import ProtocolError, Unavailable, UnknownWorkspace
@@ -31,6 +31,8 @@ from protocol.schema import ChunkBatch, EmbedQueryReply, FileDeleted, RebuildRep
 
 #: Fault injection for tests: every query embedding sleeps this long first.
 FAULT_QUERY_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_QUERY_DELAY_MS", "0"))
+#: After a table write failed (read-only or full disk), ask for a forced reconcile this often.
+WRITE_RETRY_S = 5.0
 
 
 class WorkspaceIndex:
@@ -51,7 +53,9 @@ class Embedder:
         self.lock = threading.RLock()
         self.model = None
         self.model_error = ""
+        self.chunker_problem = ""
         self.queue_depth = 0
+        self.write_failed_at = 0.0
         self.pull = runtime.make_socket(self.ctx, zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, 100_000)
 
@@ -97,12 +101,32 @@ class Embedder:
         body = msg.body
         if not isinstance(body, (ChunkBatch, FileDeleted)):
             self.stats.incr("messages.unexpected")
+            self.stats.incr("messages.bad")
             self.log.warning("unexpected_message", msg_type=msg.msg_type)
+            return
+        try:
+            check_event(self.registry, body.workspace, body.root, body.path)
+        except ProtocolError as exc:
+            self.stats.incr("messages.bad")
+            self.log.warning("bad_event", workspace=body.workspace, path=body.path, error=exc.message)
             return
         idx = self.index_for(body.workspace, body.root)
         if idx.store is None:
             self.stats.incr("batches.refused")
             return
+        try:
+            self._apply(body, idx, started)
+        except Exception as exc:  # noqa: BLE001 - a table that cannot be written (read-only or full disk): keep serving
+            self.stats.incr("writes.failed")
+            self.write_failed_at = time.monotonic()
+            self.log.error("write_failed", workspace=body.workspace, path=body.path, error=f"{type(exc).__name__}: {exc}")
+            with self.lock:
+                try:
+                    idx.catalog = idx.store.catalog()
+                except Exception:  # noqa: BLE001 - unreadable too: forget it, the next write re-reads
+                    idx.catalog = {}
+
+    def _apply(self, body: ChunkBatch | FileDeleted, idx: WorkspaceIndex, started: float) -> None:
         with self.lock:
             if isinstance(body, FileDeleted):
                 if body.path in idx.catalog:
@@ -110,6 +134,12 @@ class Embedder:
                     idx.catalog.pop(body.path, None)
                     self.stats.incr("files.removed")
                     self.log.info("removed", workspace=body.workspace, path=body.path, reason=body.reason, ms=round((time.perf_counter() - started) * 1000, 2))
+                return
+            if body.chunk_shape and body.chunk_shape != chunk_shape(self.s):
+                # A chunker running with other chunk settings: its rows would not match the table's recorded shape.
+                self.stats.incr("batches.shape_mismatch")
+                self.chunker_problem = f"chunker sends chunks shaped {body.chunk_shape}, this index expects {chunk_shape(self.s)}: restart the chunker with the same settings"
+                self.log.error("chunk_shape_mismatch", workspace=body.workspace, path=body.path, got=body.chunk_shape, expected=chunk_shape(self.s))
                 return
             if idx.catalog.get(body.path) == body.content_hash:
                 self.stats.incr("files.unchanged")
@@ -138,8 +168,18 @@ class Embedder:
             for idx in self.indexes.values():
                 if idx.store is not None and idx.store._writes_since_optimize:
                     t0 = time.perf_counter()
-                    idx.store.optimize()
+                    try:
+                        idx.store.optimize()
+                    except Exception as exc:  # noqa: BLE001 - read-only or full disk: try again after the next write
+                        self.log.error("optimize_failed", workspace=idx.wid, error=f"{type(exc).__name__}: {exc}")
+                        continue
                     self.log.info("optimized", workspace=idx.wid, ms=round((time.perf_counter() - t0) * 1000, 1))
+
+    def _retry_failed_writes(self) -> None:
+        """After a failed write, ask the watcher (every WRITE_RETRY_S) to re-send what the table lacks."""
+        if self.write_failed_at and time.monotonic() - self.write_failed_at > WRITE_RETRY_S:
+            self.write_failed_at = 0.0
+            ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder-write-retry")
 
     # ------------------------------------------------------------------ queries
 
@@ -171,7 +211,7 @@ class Embedder:
         return RebuildReply(workspace=msg.body.workspace)
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "workspaces": {}}
+        out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "chunker_problem": self.chunker_problem, "workspaces": {}}
         for wid, idx in list(self.indexes.items()):
             entry: dict[str, Any] = {"root": idx.root, "problem": idx.problem}
             if idx.store is not None:
@@ -212,6 +252,7 @@ class Embedder:
             if self.model is None:
                 self.stop.wait(0.5)
                 continue
+            self._retry_failed_writes()
             if poller.poll(200):
                 self.handle(self.pull.recv_multipart())
                 self.queue_depth = self.pull.getsockopt(zmq.EVENTS) & zmq.POLLIN

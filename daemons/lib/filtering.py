@@ -169,7 +169,10 @@ class WorkspaceFilter:
                 rel = f"{rel_dir}/{name}" if rel_dir else name
                 full = os.path.join(dirpath, name)
                 if os.path.islink(full):
-                    target = Path(full).resolve()
+                    try:
+                        target = Path(full).resolve()
+                    except (OSError, RuntimeError):  # a symlink loop (RuntimeError on Python 3.11)
+                        continue
                     if not target.is_file() or (self.root not in target.parents):
                         continue
                 if not self.is_ignored(rel):

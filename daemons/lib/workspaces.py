@@ -60,7 +60,10 @@ class Registry:
         if ref in entries:
             return ref, entries[ref]
         if ref:
-            p = Path(ref).resolve()
+            try:
+                p = Path(ref).resolve()
+            except (OSError, RuntimeError):  # a symlink loop (RuntimeError on Python 3.11)
+                raise UnknownWorkspace(f"{ref!r} cannot be resolved (symlink loop?)") from None
             best = None
             for wid, root in entries.items():
                 r = Path(root)
@@ -92,7 +95,35 @@ def safe_relpath(root: str | Path, path: str) -> str:
         raise BadMessage("empty path or NUL in path")
     root_p = Path(root).resolve()
     candidate = Path(path) if os.path.isabs(path) else root_p / path
-    resolved = candidate.resolve()
+    try:
+        resolved = candidate.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError on Python 3.11)
+        raise BadMessage(f"path {path!r} cannot be resolved (symlink loop?)") from None
     if resolved != root_p and root_p not in resolved.parents:
         raise BadMessage(f"path {path!r} is outside the workspace")
     return resolved.relative_to(root_p).as_posix()
+
+
+def check_event(registry: Registry, workspace: str, root: str, path: str) -> str:
+    """Validate an index event's workspace, root and path before anything is read or written.
+
+    The workspace must be registered with exactly this root, and ``path`` must be a plain relative
+    path (no ``..``, not absolute, no NUL). Returns the normalised relative path; raises
+    ``UnknownWorkspace`` or ``BadMessage``. (Events only come over owner-only ipc sockets, but a
+    stray or hostile sender must still not make the chunker read, or the embedder write, outside.)
+    """
+    from pathlib import PurePosixPath
+
+    from protocol.errors import BadMessage
+
+    registered = registry.load().get(workspace)
+    if registered is None:
+        raise UnknownWorkspace(f"event for unregistered workspace {workspace!r}")
+    if root != registered and str(Path(root).resolve()) != str(Path(registered).resolve()):
+        raise BadMessage(f"event root {root!r} is not the root of workspace {workspace!r}")
+    if not path or "\x00" in path or os.path.isabs(path) or "\\" in path:
+        raise BadMessage(f"bad path {path!r} in event")
+    parts = PurePosixPath(path).parts
+    if any(p in ("..", ".") for p in parts):
+        raise BadMessage(f"path {path!r} in event leaves the workspace")
+    return PurePosixPath(*parts).as_posix()

@@ -154,7 +154,7 @@ class Watcher:
             if full.is_symlink() and ws.root not in full.resolve().parents:
                 return None
             st = full.stat()
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop on Python 3.11
             return None
         cached = ws.stat_cache.get(rel)
         if cached and cached[0] == st.st_mtime_ns and cached[1] == st.st_size:

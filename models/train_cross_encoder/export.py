@@ -65,7 +65,10 @@ def quantise(fp32: Path, out: Path) -> str:
         src, how = fused, "onnxruntime BERT fusions (opt_level 1)"
     except Exception as exc:  # fusions are an optimisation only
         print("fusion skipped:", exc)
-    quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8, per_channel=False)
+    import onnx
+
+    quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8, per_channel=False,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     return how
 
 

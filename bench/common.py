@@ -1,0 +1,335 @@
+"""Shared by the quality and speed benchmarks: building an index with the product's own library
+path (WorkspaceFilter -> classify_file/sniff -> chunk_text -> plan_rows -> embed_documents ->
+IndexStore), an on-disk embedding cache, a whole-file BM25 floor, and file-level metrics.
+
+The embedding cache (``<cache>/embcache/<model_id>.sqlite``, key = sha1 of the exact string handed
+to ``embed_documents``) only saves recomputation across sdist versions of the same repository;
+the vectors are the ones the embedder produced for that string, so a cached index is identical to
+an uncached one. ``bench/speed.py`` builds without it when it measures index time.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import sqlite3
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, chunk_text
+from daemons.lib.config import Settings
+from daemons.lib.filtering import WorkspaceFilter, classify_file, content_hash, sniff
+from daemons.lib.indexing import index_meta, plan_rows
+from daemons.lib.keywords import _expand, identifiers, query_keywords
+from daemons.lib.store import IndexStore, RebuildNeeded
+
+# ---------------------------------------------------------------------------------- settings
+
+
+def bench_settings() -> Settings:
+    """SPEC defaults, ignoring any user config file or WSCTX_* environment."""
+    return Settings()
+
+
+def index_key(name: str, version: str, model_id: str, settings: Settings) -> str:
+    shape = hashlib.sha1(json.dumps(settings.index_shape(), sort_keys=True).encode()).hexdigest()[:8]
+    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_id)
+    return f"{name}-{version}/{model}-c{CHUNKER_VERSION}-{shape}"
+
+
+# ---------------------------------------------------------------------------------- files
+
+
+def workspace_files(tree: Path, settings: Settings) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
+    """What the product would index: (rel path, bytes) for each file, and {rel: reason} skipped."""
+    wf = WorkspaceFilter(tree, settings.include_globs, settings.exclude_globs, settings.max_file_bytes)
+    kept: list[tuple[str, bytes]] = []
+    skipped: dict[str, str] = {}
+    for rel in wf.iter_files():
+        if rel == ".complete":
+            continue
+        full = tree / rel
+        v = classify_file(full, settings.max_file_bytes)
+        if not v.ok:
+            skipped[rel] = v.reason
+            continue
+        data = full.read_bytes()
+        v = sniff(data, settings.max_file_bytes)
+        if not v.ok:
+            skipped[rel] = v.reason
+            continue
+        kept.append((rel, data))
+    return kept, skipped
+
+
+_TEST_RE = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$")
+
+
+def is_test_file(rel: str) -> bool:
+    return _TEST_RE.search(rel) is not None
+
+
+# ---------------------------------------------------------------------------------- embedding cache
+
+
+class EmbedCache:
+    """sha1(text) -> float32 vector, one sqlite file per model id."""
+
+    def __init__(self, cache_dir: Path, model_id: str, dim: int) -> None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_id)
+        self.db = sqlite3.connect(str(cache_dir / f"{safe}.sqlite"), timeout=60)
+        self.db.execute("CREATE TABLE IF NOT EXISTS v (k TEXT PRIMARY KEY, vec BLOB)")
+        self.dim = dim
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for s in range(0, len(keys), 500):
+            part = keys[s : s + 500]
+            q = "SELECT k, vec FROM v WHERE k IN (" + ",".join("?" * len(part)) + ")"
+            for k, blob in self.db.execute(q, part):
+                out[k] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def put_many(self, items: list[tuple[str, np.ndarray]]) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO v VALUES (?, ?)", [(k, v.astype(np.float32).tobytes()) for k, v in items])
+        self.db.commit()
+
+
+def embed_with_cache(embedder: Any, texts: list[str], cache: EmbedCache | None, batch: int) -> tuple[np.ndarray, int]:
+    """Vectors for ``texts`` (document side); returns (vectors, how many were computed)."""
+    if cache is None:
+        return embedder.embed_documents(texts, batch_size=batch), len(texts)
+    keys = [cache.key(t) for t in texts]
+    have = cache.get_many(list(set(keys)))
+    todo = sorted({k: i for i, k in enumerate(keys) if k not in have}.items(), key=lambda kv: kv[1])
+    if todo:
+        vecs = embedder.embed_documents([texts[i] for _, i in todo], batch_size=batch)
+        new = [(k, vecs[j]) for j, (k, _) in enumerate(todo)]
+        cache.put_many(new)
+        have.update(new)
+    return np.stack([have[k] for k in keys]).astype(np.float32), len(todo)
+
+
+# ---------------------------------------------------------------------------------- building
+
+
+@dataclass
+class BuildStats:
+    files: int = 0
+    skipped_files: int = 0
+    chunks: int = 0
+    rows: int = 0
+    embedded: int = 0  # rows actually run through the model (rest: embedding cache)
+    seconds: dict[str, float] = field(default_factory=lambda: {"list": 0.0, "chunk": 0.0, "embed": 0.0, "write": 0.0, "optimize": 0.0})
+
+    def as_dict(self) -> dict[str, Any]:
+        total = sum(self.seconds.values())
+        return {
+            "files": self.files, "skipped_files": self.skipped_files, "chunks": self.chunks, "rows": self.rows,
+            "embedded": self.embedded, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "total_s": round(total, 3),
+            "share": {k: round(v / total, 3) if total else 0.0 for k, v in self.seconds.items()},
+            "files_per_s": round(self.files / total, 2) if total else 0.0,
+            "rows_per_s": round(self.rows / total, 2) if total else 0.0,
+        }
+
+
+def build_index(
+    tree: Path, folder: Path, settings: Settings, embedder: Any, *, cache: EmbedCache | None,
+    write: str = "batch", progress: Callable[[str], None] | None = None, batch_files: int = 64,
+) -> tuple[IndexStore, BuildStats]:
+    """Index ``tree`` into a fresh table at ``folder`` with the product's library path.
+
+    ``write="replace_file"`` writes each file with ``IndexStore.replace_file`` (the embedder
+    daemon's call, one merge-insert per file); ``write="batch"`` appends many files per
+    ``table.add`` (same rows, fewer commits: used for the quality indexes). Then ``optimize``
+    (compaction, FTS/btree fold, and the store's own vector-index rule).
+    """
+    st = BuildStats()
+    t0 = time.perf_counter()
+    files, skipped = workspace_files(tree, settings)
+    st.seconds["list"] += time.perf_counter() - t0
+    st.files, st.skipped_files = len(files), len(skipped)
+    meta = index_meta(settings, embedder, str(tree))
+    IndexStore.destroy(folder)
+    store = IndexStore.open_writer(folder, meta)
+    cs = ChunkSettings(settings.chunk_max_chars, settings.chunk_min_chars, settings.chunk_context_chars)
+    pending: list[dict[str, Any]] = []
+    pending_texts: list[str] = []
+    per_file: list[tuple[str, int]] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        t = time.perf_counter()
+        vecs, n = embed_with_cache(embedder, pending_texts, cache, settings.embed_batch)
+        st.embedded += n
+        for r, v in zip(pending, vecs):
+            r["vector"] = v
+        st.seconds["embed"] += time.perf_counter() - t
+        t = time.perf_counter()
+        if write == "replace_file":
+            pos = 0
+            for path, n_rows in per_file:
+                store.replace_file(path, pending[pos : pos + n_rows])
+                pos += n_rows
+        else:
+            store.table.add(pa.Table.from_pylist(pending, schema=store.table.schema))
+        st.seconds["write"] += time.perf_counter() - t
+        pending.clear()
+        pending_texts.clear()
+        per_file.clear()
+
+    for i, (rel, data) in enumerate(files):
+        t = time.perf_counter()
+        text = data.decode("utf-8")
+        try:
+            chunks = chunk_text(text, rel, cs)
+        except Exception:  # the chunker daemon's fallback
+            chunks = chunk_text(text, rel + ".txt", cs)
+        rows, texts = plan_rows(rel, content_hash(data), chunks, settings)
+        st.seconds["chunk"] += time.perf_counter() - t
+        st.chunks += len(chunks)
+        st.rows += len(rows)
+        if rows:
+            pending.extend(rows)
+            pending_texts.extend(texts)
+            per_file.append((rel, len(rows)))
+        if len(per_file) >= batch_files or len(pending) >= 2000:
+            flush()
+            if progress:
+                progress(f"{i + 1}/{len(files)} files, {st.rows} rows, embedded {st.embedded}")
+    flush()
+    t = time.perf_counter()
+    store.optimize()
+    st.seconds["optimize"] += time.perf_counter() - t
+    return store, st
+
+
+def open_or_build(tree: Path, cache_dir: Path, name: str, version: str, settings: Settings, embedder: Any,
+                  emb_cache: EmbedCache | None, log: Callable[[str], None] = print) -> tuple[IndexStore, dict[str, Any]]:
+    folder = cache_dir / "indexes" / index_key(name, version, embedder.model_id, settings)
+    done = folder / "build.json"
+    if done.is_file():
+        try:
+            store = IndexStore.open_writer(folder, index_meta(settings, embedder, str(tree)))
+            return store, json.loads(done.read_text())
+        except RebuildNeeded as e:
+            log(f"  {name}-{version}: {e}; rebuilding")
+    log(f"  building index {name}-{version} -> {folder}")
+    store, st = build_index(tree, folder, settings, embedder, cache=emb_cache, progress=lambda m: log(f"    {name}-{version}: {m}"))
+    info = st.as_dict()
+    done.write_text(json.dumps(info, indent=1))
+    log(f"  built {name}-{version}: {info['files']} files, {info['rows']} rows in {info['total_s']} s (embedded {info['embedded']})")
+    return store, info
+
+
+# ---------------------------------------------------------------------------------- BM25 floor
+
+
+def bm25_tokens(text: str, path: str = "") -> list[str]:
+    """Identifiers lowercased whole and split into their parts, as the keyword column does, but
+    without its per-chunk repeat cap (a whole file's term frequencies count), plus path words."""
+    out = [t for ident in identifiers(text) for t in _expand(ident)]
+    for ident in identifiers(path):
+        out.extend(_expand(ident))
+    return out
+
+
+class WholeFileBM25:
+    """Okapi BM25 (k1=1.2, b=0.75) over whole files, test files left out; the query is
+    ``query_keywords(question)``, documents are ``bm25_tokens(file, path)`` (identifiers whole +
+    parts, lowercased, plus path words). No stemming."""
+
+    def __init__(self, files: list[tuple[str, bytes]], k1: float = 1.2, b: float = 0.75) -> None:
+        self.paths: list[str] = []
+        self.tfs: list[Counter] = []
+        df: Counter = Counter()
+        for rel, data in files:
+            if is_test_file(rel):
+                continue
+            toks = bm25_tokens(data.decode("utf-8", "replace"), rel)
+            tf = Counter(toks)
+            self.paths.append(rel)
+            self.tfs.append(tf)
+            df.update(tf.keys())
+        self.lens = np.array([sum(tf.values()) for tf in self.tfs], dtype=np.float64)
+        self.avg = float(self.lens.mean()) if len(self.lens) else 1.0
+        n = len(self.paths)
+        self.idf = {t: math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+        self.k1, self.b = k1, b
+        # inverted index for speed
+        self.post: dict[str, list[tuple[int, int]]] = {}
+        for i, tf in enumerate(self.tfs):
+            for t, c in tf.items():
+                self.post.setdefault(t, []).append((i, c))
+
+    def search(self, question: str, k: int = 50) -> list[str]:
+        terms = query_keywords(question).split()
+        scores = np.zeros(len(self.paths))
+        norm = self.k1 * (1 - self.b + self.b * self.lens / self.avg)
+        for t in set(terms):
+            idf = self.idf.get(t)
+            if idf is None:
+                continue
+            for i, c in self.post[t]:
+                scores[i] += idf * c * (self.k1 + 1) / (c + norm[i])
+        top = np.argsort(-scores, kind="stable")[:k]
+        return [self.paths[i] for i in top if scores[i] > 0]
+
+
+# ---------------------------------------------------------------------------------- metrics
+
+
+def files_in_order(rows: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    seen: set[str] = set()
+    for r in rows:
+        p = r["path"] if isinstance(r, dict) else r
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    return out
+
+
+METRIC_NAMES = ["recall@1", "recall@5", "recall@10", "acc@1", "acc@3", "acc@5", "mrr"]
+
+
+def file_metrics(ranked: list[str], gold: list[str]) -> dict[str, float]:
+    g = set(gold)
+    m: dict[str, float] = {}
+    for k in (1, 5, 10):
+        m[f"recall@{k}"] = len(g & set(ranked[:k])) / len(g)
+    for k in (1, 3, 5):
+        m[f"acc@{k}"] = float(g <= set(ranked[:k]))
+    rr = 0.0
+    for i, p in enumerate(ranked):
+        if p in g:
+            rr = 1.0 / (i + 1)
+            break
+    m["mrr"] = rr
+    return m
+
+
+def mean_metrics(ms: list[dict[str, float]]) -> dict[str, float]:
+    if not ms:
+        return {}
+    return {k: round(100 * sum(m[k] for m in ms) / len(ms), 1) for k in METRIC_NAMES}
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return float(np.percentile(np.asarray(values), q))

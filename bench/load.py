@@ -1,0 +1,187 @@
+"""Load: concurrent clients asking questions while files are edited, every daemon under supervisord.
+
+Brings the six daemons up under supervisord (the repository's supervisord.conf, rendered as
+``wsctx up`` does) in a temp folder, indexes a copy of WORKSPACE (default: the unpacked requests
+sdist in /tmp/benchsrc/requests-2.32.3 when present, else a generated workspace), then runs
+--clients client threads asking questions back to back for --seconds while --edit-files files
+are rewritten (one every seconds/edit_files s). A client that finds the front silent or down
+tries again (Lazy Pirate); an error reply, or no answer within 90 s, is an error. Degraded
+answers (keywords only, fused order, index still building) are counted separately.
+Prints throughput, p50/p95/p99 latency, errors and degraded answers; writes bench/results/load.json.
+
+    python -m bench.load                       # 20 clients, 60 s, 100 files edited
+    python -m bench.load --clients 5 --seconds 10 --edit-files 10 --workspace /path/to/repo
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from protocol.schema import AskRequest  # noqa: E402
+
+DEFAULT_SRC = Path("/tmp/benchsrc/requests-2.32.3")
+QUESTIONS = [
+    "where is the retry logic?", "how is the configuration parsed?", "where are cookies stored?",
+    "how are redirects followed?", "where is authentication handled?", "how are timeouts applied?",
+    "how is a session closed?", "where are proxies chosen?", "how is the response body decoded?",
+    "where are headers merged?",
+]
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def _editable(root: Path, n: int) -> list[Path]:
+    files = sorted(p for p in root.rglob("*.py") if p.is_file() and ".git" not in p.parts)
+    return files[:n] if len(files) >= n else files
+
+
+def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, seconds: float = 60.0, edit_files: int = 100) -> dict[str, Any]:
+    """Run the load against a front that is up; return the figures (latencies in ms)."""
+    from tests.test_faults import ask
+
+    lock = threading.Lock()
+    latencies: list[float] = []
+    errors: list[str] = []
+    degraded = 0
+    degraded_kinds: dict[str, int] = {}
+    stop = threading.Event()
+
+    def client(n: int) -> None:
+        nonlocal degraded
+        i = n
+        while not stop.is_set():
+            q = QUESTIONS[i % len(QUESTIONS)]
+            i += 1
+            t0 = time.perf_counter()
+            try:
+                kind, value = ask(endpoint, AskRequest(question=q, workspace=workspace, conversation_id=f"load-{n}-{i}"))
+            except Exception as exc:  # noqa: BLE001
+                kind, value = "error", exc
+            ms = (time.perf_counter() - t0) * 1000
+            with lock:
+                if kind == "ok":
+                    latencies.append(ms)
+                    if value.degraded:
+                        degraded += 1
+                        for d in value.degraded:
+                            key = d.split("(")[0].strip() if d.startswith("index ") else d
+                            degraded_kinds[key] = degraded_kinds.get(key, 0) + 1
+                else:
+                    errors.append(f"{q!r}: {kind}: {value}")
+
+    files = _editable(root, edit_files)
+    originals = {p: p.read_text(errors="replace") for p in files}
+    edited = 0
+
+    def editor() -> None:
+        nonlocal edited
+        if not files:
+            return
+        gap = seconds / max(1, edit_files)
+        k = 0
+        while not stop.is_set() and edited < edit_files:
+            p = files[k % len(files)]
+            p.write_text(originals[p] + f"\n\ndef load_edit_{k}(value):\n    return value + {k}\n")
+            k += 1
+            edited += 1
+            stop.wait(gap)
+
+    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(clients)]
+    ed = threading.Thread(target=editor, daemon=True)
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    ed.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(120)
+    ed.join(10)
+    wall = time.perf_counter() - started
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        "wall_s": round(wall, 2),
+        "files_edited": edited,
+        "answered": len(latencies),
+        "throughput_qps": round(len(latencies) / wall, 2),
+        "p50_ms": round(pct(latencies, 0.50), 1),
+        "p95_ms": round(pct(latencies, 0.95), 1),
+        "p99_ms": round(pct(latencies, 0.99), 1),
+        "max_ms": round(max(latencies), 1) if latencies else 0.0,
+        "errors": len(errors),
+        "error_samples": errors[:10],
+        "degraded": degraded,
+        "degraded_kinds": degraded_kinds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workspace", type=Path, default=DEFAULT_SRC if DEFAULT_SRC.is_dir() else None)
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--edit-files", type=int, default=100)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "load.json")
+    args = ap.parse_args(argv)
+
+    from tests.support import short_tmpdir
+    from tests.test_faults import Supervised, fixture_cross_encoder, make_workspace
+
+    base = short_tmpdir("wl")
+    root = base / "w"
+    if args.workspace:
+        shutil.copytree(args.workspace, root, symlinks=True)
+        source = str(args.workspace)
+    else:
+        make_workspace(root, n=200)
+        source = "generated (200 modules)"
+    model = fixture_cross_encoder(base / "ce")
+    sup = Supervised(base, reranker_dir=str(model))
+    try:
+        sup.wait_all(180)
+        t0 = time.perf_counter()
+        wid = sup.add_workspace(root)
+        sup.wait_indexed(root, 1800)
+        index_s = time.perf_counter() - t0
+        print(f"indexed {source} in {index_s:.1f} s; load: {args.clients} clients x {args.seconds:g} s, {args.edit_files} files edited")
+        result = run_load(sup.endpoint("front"), wid, root, args.clients, args.seconds, args.edit_files)
+        t1 = time.perf_counter()
+        sup.wait_indexed(root, 600)
+        result["catch_up_s"] = round(time.perf_counter() - t1, 1)
+        result["table_matches_disk"] = True
+        pids_after = {d: sup.alive(d) for d in ("watcher", "chunker", "embedder", "searcher", "reranker", "front")}
+        result["daemons_up_after"] = pids_after
+    finally:
+        left = sup.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    result.update(workspace=source, index_s=round(index_s, 1), cores=os.cpu_count(), python=platform.python_version(),
+                  reranker_model="shipped" if (REPO / "models/artifacts/cross-encoder/manifest.json").is_file() else "fixture (tiny ONNX stand-in)",
+                  leftover_processes=left)
+    print(f"throughput {result['throughput_qps']} q/s; latency p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms, "
+          f"p99 {result['p99_ms']} ms; errors {result['errors']}; degraded {result['degraded']} of {result['answered']} "
+          f"{result['degraded_kinds']}; caught up {result['catch_up_s']} s after")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0 if result["errors"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""File-level retrieval quality on the outside eval cases (../shared/eval), real library path.
+
+For each case the repository's sdist tree (bench/repos.py) is indexed once (cached under
+``<cache>/indexes/NAME-VER/<model>-c<chunker>-<shape>/``) with the product's own functions, and
+the question is answered five ways:
+
+* ``bm25_file``  whole-file BM25, test files left out (bench/common.py ``WholeFileBM25``): the floor
+* ``keyword``    ``IndexStore.keyword_search(query_keywords(q), 50)``  (chunk hits -> files)
+* ``vector``     ``IndexStore.vector_search(embed_query(q), 50)`` folded to chunks
+* ``fused``      ``hybrid_search`` with the product's settings (20 + 20, RRF k=60, top 12): so its
+  recall@10 is over a 12-chunk list, as the product sees it; no focus files (none in the cases)
+* ``reranked``   the fused 12 rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
+  ordered by probability (no threshold cut, so recall is comparable)
+
+Metrics per case set and per repository: recall@1/5/10, acc@1/3/5, MRR at file level (a chunk
+counts for its file at its first occurrence). A case is skipped, with the reason, when its sdist
+cannot be had or a gold file is missing from it. Per-case rankings are cached in
+``<cache>/caseruns/`` so a rerun (e.g. with the reranker) only computes what is missing.
+
+    python -m bench.quality --cases commits --limit 20
+    python -m bench.quality --cases swebench --repo psf/requests
+    python -m bench.quality --cases all --no-rerank
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections import defaultdict
+from datetime import date
+from pathlib import Path
+
+from bench.common import (
+    METRIC_NAMES, EmbedCache, WholeFileBM25, bench_settings, file_metrics, files_in_order, index_key,
+    is_test_file, mean_metrics, open_or_build, workspace_files,
+)
+from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
+from daemons.lib.fusion import fold_windows
+from daemons.lib.keywords import query_keywords
+from daemons.lib.search import hybrid_search
+
+METHODS = ["bm25_file", "keyword", "vector", "fused", "reranked"]
+OUT = Path(__file__).resolve().parent / "results" / "quality.json"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def table(title: str, rows: list[tuple[str, int, dict[str, dict[str, float]]]]) -> str:
+    lines = [f"\n{title}", f"{'':28s} {'n':>4s} {'method':10s} " + " ".join(f"{m:>9s}" for m in METRIC_NAMES)]
+    for label, n, per_method in rows:
+        for meth in METHODS:
+            m = per_method.get(meth)
+            if not m:
+                continue
+            lines.append(f"{label:28s} {n:4d} {meth:10s} " + " ".join(f"{m[k]:9.1f}" for k in METRIC_NAMES))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="commits", choices=[*CASE_FILES, "all"])
+    ap.add_argument("--repo", action="append", help="owner/name or PyPI name; repeatable")
+    ap.add_argument("--skip-repo", action="append", default=[], help="leave this repository out (reported)")
+    ap.add_argument("--limit", type=int, default=0, help="at most N cases per case set (after --repo)")
+    ap.add_argument("--no-rerank", action="store_true")
+    ap.add_argument("--reranker-dir", default=None)
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE))
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    cache = Path(args.cache).expanduser()
+
+    from models.embedding import load_embedder
+
+    settings = bench_settings()
+    embedder = load_embedder(settings.embedder_model)
+    emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
+    reranker, rerank_note = None, ""
+    if not args.no_rerank:
+        try:
+            from models.cross_encoder import load_cross_encoder
+
+            reranker = load_cross_encoder(args.reranker_dir, threads=2)
+            rerank_note = reranker.model_id
+        except Exception as e:  # noqa: BLE001 - ModelUnavailable, ImportError ...
+            rerank_note = f"unavailable: {e}"
+            log(f"reranker {rerank_note}")
+    else:
+        rerank_note = "not run (--no-rerank)"
+
+    cases = load_cases(args.cases)
+    if args.repo:
+        cases = [c for c in cases if c["repo"] in args.repo or PYPI_NAMES.get(c["repo"]) in args.repo]
+    if args.limit:
+        per_set: dict[str, int] = defaultdict(int)
+        kept = []
+        for c in cases:
+            if per_set[c["set"]] < args.limit:
+                per_set[c["set"]] += 1
+                kept.append(c)
+        cases = kept
+
+    skipped: list[dict] = []
+    results: list[dict] = []
+    # group by (name, version) so each index is opened once
+    groups: dict[tuple[str, str], list[tuple[dict, Path]]] = defaultdict(list)
+    for c in cases:
+        if c["repo"] in args.skip_repo or PYPI_NAMES.get(c["repo"]) in args.skip_repo:
+            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": "repository left out of this run (--skip-repo)"})
+            continue
+        tree, name, info = tree_for_case(c, cache)
+        if tree is None:
+            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": info})
+            continue
+        gold = [resolve_gold(tree, g) for g in c["gold_files"]]
+        missing = [g for g, r in zip(c["gold_files"], gold) if r is None]
+        if missing:
+            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": f"gold file not in sdist {name}-{info}: {', '.join(missing)}"})
+            continue
+        c["gold_resolved"] = gold
+        groups[(name, info)].append((c, tree))
+
+    t_start = time.perf_counter()
+    for (name, version), items in groups.items():
+        tree = items[0][1]
+        store, build = open_or_build(tree, cache, name, version, settings, embedder, emb_cache, log)
+        files, _ = workspace_files(tree, settings)
+        indexed = {rel for rel, _ in files}
+        bm25 = WholeFileBM25(files)
+        runs = cache / "caseruns" / index_key(name, version, embedder.model_id, settings)
+        runs.mkdir(parents=True, exist_ok=True)
+        log(f"  {name}-{version}: {len(items)} cases")
+        for c, _ in items:
+            f = runs / (hashlib.sha1((c["set"] + c["id"]).encode()).hexdigest()[:16] + ".json")
+            ranked: dict[str, list[str]] = json.loads(f.read_text()) if f.is_file() else {}
+            q = c["query"]
+            changed = False
+            if "bm25_file" not in ranked:
+                ranked["bm25_file"] = bm25.search(q, 50)
+                changed = True
+            if not {"keyword", "vector", "fused"} <= ranked.keys() or (reranker is not None and "reranked" not in ranked):
+                kw = query_keywords(q)
+                vec = embedder.embed_query(q)
+                ranked["keyword"] = files_in_order(store.keyword_search(kw, 50))
+                ranked["vector"] = files_in_order(fold_windows(store.vector_search(vec, 50), limit=50))
+                res = hybrid_search(store, kw, vec, None, vector_k=settings.vector_k, keyword_k=settings.keyword_k,
+                                    focus_k=settings.focus_k, top_n=settings.rerank_top, rrf_k=settings.rrf_k)
+                ranked["fused"] = files_in_order(res.candidates)
+                if reranker is not None:
+                    cands = res.candidates
+                    probs = reranker.score(q, [f"{r['path']}\n{r['text']}" for r in cands]) if cands else []
+                    order = sorted(range(len(cands)), key=lambda i: -probs[i])
+                    ranked["reranked"] = files_in_order([cands[i] for i in order])
+                    ranked["reranked_probs"] = [round(probs[i], 4) for i in order]
+                changed = True
+            if changed:
+                f.write_text(json.dumps(ranked))
+            gold = c["gold_resolved"]
+            results.append({
+                "id": c["id"], "set": c["set"], "repo": c["repo"], "pypi": f"{name}-{version}", "gold": gold,
+                "gold_not_indexed": [g for g in gold if g not in indexed],
+                "gold_is_test": [g for g in gold if is_test_file(g)],
+                "metrics": {m: file_metrics(ranked[m], gold) for m in METHODS if m in ranked},
+                "first_gold_rank": {m: next((i + 1 for i, p in enumerate(ranked[m]) if p in gold), None) for m in METHODS if m in ranked},
+            })
+        log(f"  done {name}-{version} ({time.perf_counter() - t_start:.0f} s so far)")
+
+    # ---------------------------------------------------------------- aggregate
+    summary: dict[str, dict] = {}
+    out_tables = []
+    for cs in sorted({r["set"] for r in results} | {s["set"] for s in skipped}):
+        rs = [r for r in results if r["set"] == cs]
+        sk = [s for s in skipped if s["set"] == cs]
+        per_repo = {}
+        rows = []
+        for repo in sorted({r["repo"] for r in rs}):
+            rr = [r for r in rs if r["repo"] == repo]
+            per_repo[repo] = {"n": len(rr), **{m: mean_metrics([r["metrics"][m] for r in rr if m in r["metrics"]]) for m in METHODS}}
+            rows.append((repo, len(rr), per_repo[repo]))
+        total = {"n": len(rs), **{m: mean_metrics([r["metrics"][m] for r in rs if m in r["metrics"]]) for m in METHODS}}
+        rows.append(("ALL", len(rs), total))
+        reasons: dict[str, int] = defaultdict(int)
+        for s in sk:
+            reasons[s["reason"].split(":")[0]] += 1
+        summary[cs] = {"cases_run": len(rs), "cases_skipped": len(sk), "skip_reasons": dict(reasons), "all": total, "per_repo": per_repo,
+                       "gold_not_indexed_cases": sum(1 for r in rs if r["gold_not_indexed"])}
+        out_tables.append(table(f"== {cs}: {len(rs)} cases run, {len(sk)} skipped {dict(reasons)}", rows))
+    print("\n".join(out_tables))
+    print(f"\nreranker: {rerank_note}")
+    doc = {
+        "date": date.today().isoformat(), "embedder": embedder.model_id, "reranker": rerank_note,
+        "settings": {k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rerank_top", "rrf_k")},
+        "args": {k: v for k, v in vars(args).items() if k != "cache"},
+        "summary": summary, "skipped": skipped, "cases": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
