@@ -125,12 +125,29 @@ def fetch_tree(name: str, version: str, cache: Path = DEFAULT_CACHE) -> Path:
     sdists.mkdir(parents=True, exist_ok=True)
     files = [p for p in sdists.iterdir() if p.suffix in (".gz", ".zip", ".bz2")]
     if not files:
+        # --no-clean + a private TMPDIR: when pip fails to prepare metadata for an old sdist (a
+        # setup.py that no longer runs on this Python), the unpacked sdist is still in pip's
+        # download folder and is taken from there; the archive itself is the same either way.
+        tmpdir = cache / "tmp" / f"{name}-{version}"
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        tmpdir.mkdir(parents=True)
         r = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             f"{name}=={version}", "-d", str(sdists)], capture_output=True, text=True, timeout=600)
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-clean",
+             f"{name}=={version}", "-d", str(sdists)], capture_output=True, text=True, timeout=600,
+            env={**os.environ, "TMPDIR": str(tmpdir)})
         files = [p for p in sdists.iterdir() if p.suffix in (".gz", ".zip", ".bz2")]
         if not files:
+            unpacked = [d for d in tmpdir.glob("pip-download-*/*") if d.is_dir()]
+            if unpacked:
+                shutil.rmtree(tree, ignore_errors=True)
+                tree.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(unpacked[0]), str(tree))
+                shutil.rmtree(tmpdir, ignore_errors=True)
+                (tree / ".complete").write_text("unpacked by pip (metadata step failed)")
+                return tree
+            shutil.rmtree(tmpdir, ignore_errors=True)
             raise RuntimeError(f"pip download {name}=={version} failed: {r.stderr.strip()[-400:]}")
+        shutil.rmtree(tmpdir, ignore_errors=True)
     archive = files[0]
     tmp = cache / "trees" / f".{name}-{version}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -39,6 +39,7 @@ from protocol.schema import (
 VERSION = "0.1.0"
 Reply = Body | tuple[Body, list[bytes]]
 Handler = Callable[[Message], Reply]
+QUIET_TYPES = frozenset({"status_request", "ping_request"})
 
 
 def prepare_runtime_dir(path: str) -> Path:
@@ -123,7 +124,9 @@ def answer(frames: list[bytes], handlers: dict[str, Handler], log: Any, sender: 
     if stats is not None:
         stats.incr(f"requests.{msg_type}.{status}")
     timings = getattr(body, "timings_ms", None)
-    log.info(
+    # Health probes are frequent (``status --wait`` polls every second): keep them out of info logs.
+    emit = log.debug if msg_type in QUIET_TYPES and status == "ok" else log.info
+    emit(
         "request",
         msg_type=msg_type,
         status=status,
