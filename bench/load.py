@@ -81,7 +81,7 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
                     if value.degraded:
                         degraded += 1
                         for d in value.degraded:
-                            key = d.split("(")[0].strip() if d.startswith("index ") else d
+                            key = "index still building (files pending)" if d.startswith("index ") else d
                             degraded_kinds[key] = degraded_kinds.get(key, 0) + 1
                 else:
                     errors.append(f"{q!r}: {kind}: {value}")

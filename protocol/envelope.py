@@ -132,6 +132,8 @@ def decode(frames: list[bytes]) -> Message:
     if decoder is None:
         raise DecodeError(f"unknown message type {header.msg_type!r}", routing, header)
     try:
+        # msgspec skips unknown fields without looking at them: check the whole body is UTF-8 first.
+        rest[1].decode("utf-8")
         body = decoder.decode(rest[1])
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise DecodeError(f"bad {header.msg_type} body: {exc}", routing, header) from None

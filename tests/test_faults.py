@@ -457,10 +457,13 @@ def test_reranker_model_removed(stack: Supervised, ws) -> None:
     saved = stack.base / "model.saved"
     assert FUSED_ORDER not in stack.question(wid).degraded
     shutil.move(model, saved)
+    # the loaded workers keep their copy; once idle (reranker_idle_s) they exit, and the next
+    # question spawns one that cannot load the model
+    wait_until(lambda: not stack.status("reranker").details.get("workers"), 60, 0.5,
+               message=lambda: str(stack.status("reranker").details))
     asker = Asker(stack.endpoint("front"), wid, pause_s=0.5)
     asker.start()
     try:
-        # idle workers exit after reranker_idle_s; the next question spawns one that cannot load the model
         wait_until(lambda: FUSED_ORDER in stack.question(wid).degraded, 60, 1.0)
         reply = stack.question(wid)
         assert "fused order" in reply.context_line

@@ -23,7 +23,7 @@ from daemons.lib.config import Settings, load_settings
 from daemons.lib.indexing import build_rows, index_meta
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded
-from daemons.lib.workspaces import Registry, check_event, index_dir
+from daemons.lib.workspaces import Registry, check_event, index_dir, safe_relpath
 from models.embedding import ModelUnavailable, load_embedder
 from protocol import envelope
 from protocol.errors import ProtocolError, Unavailable, UnknownWorkspace
@@ -106,6 +106,8 @@ class Embedder:
             return
         try:
             check_event(self.registry, body.workspace, body.root, body.path)
+            if isinstance(body, ChunkBatch):
+                safe_relpath(body.root, body.path)  # no rows for a path that leads out through a link
         except ProtocolError as exc:
             self.stats.incr("messages.bad")
             self.log.warning("bad_event", workspace=body.workspace, path=body.path, error=exc.message)

@@ -151,7 +151,8 @@ class Watcher:
         try:
             if not full.is_file() or ws.filt.is_ignored_path(rel):
                 return None
-            if full.is_symlink() and ws.root not in full.resolve().parents:
+            # a link, or a file under a linked folder (``link/passwd``), that leads outside the workspace
+            if ws.root not in full.resolve().parents:
                 return None
             st = full.stat()
         except (OSError, RuntimeError):  # RuntimeError: a symlink loop on Python 3.11

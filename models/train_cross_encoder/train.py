@@ -34,6 +34,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--freeze-embeddings", type=int, default=1)
+    ap.add_argument("--freeze-layers", type=int, default=0, help="also freeze the lowest N encoder layers")
+    ap.add_argument("--head-lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=float, default=0.03)
+    ap.add_argument("--init", default="", help="state dict to continue from")
     ap.add_argument("--ckpt-every", type=int, default=100)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -63,19 +67,30 @@ def main() -> None:
 
     model = CrossEncoderModel()
     model.train()
+    if args.init:
+        model.load_state_dict(torch.load(args.init, map_location="cpu"))
     if args.freeze_embeddings:  # the 30k x 384 word table: a dense gradient and Adam state for little gain
         model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    if args.freeze_layers:  # CPU time: no backward below the first trained layer
+        for p in model.bert.embeddings.parameters():
+            p.requires_grad_(False)
+        for layer in model.bert.encoder.layer[:args.freeze_layers]:
+            for p in layer.parameters():
+                p.requires_grad_(False)
     no_decay = ("bias", "LayerNorm.weight")
     groups = [
-        {"params": [p for n, p in model.named_parameters()
-                    if p.requires_grad and not any(x in n for x in no_decay)], "weight_decay": 0.01},
-        {"params": [p for n, p in model.named_parameters()
-                    if p.requires_grad and any(x in n for x in no_decay)], "weight_decay": 0.0},
+        {"params": [p for n, p in model.named_parameters() if p.requires_grad
+                    and not n.startswith("head.") and not any(x in n for x in no_decay)],
+         "weight_decay": 0.01},
+        {"params": [p for n, p in model.named_parameters() if p.requires_grad
+                    and not n.startswith("head.") and any(x in n for x in no_decay)],
+         "weight_decay": 0.0},
+        {"params": list(model.head.parameters()), "weight_decay": 0.0, "lr": args.head_lr},
     ]
     opt = torch.optim.AdamW(groups, lr=args.lr)
     per_epoch = math.ceil(len(enc) / args.batch)
     total = int(per_epoch * args.epochs)
-    warm = max(1, int(0.06 * total))
+    warm = max(1, int(args.warmup * total))
     # linear warm-up, then linear decay to zero by whichever comes first: the planned number
     # of steps or the wall-clock budget (so a slow machine still ends with a decayed rate)
     t_start = time.time()
@@ -116,6 +131,7 @@ def main() -> None:
             "pairs_seen": step * args.batch, "epochs_seen": step * args.batch / len(enc),
             "seconds": round(time.time() - t_start), "lr": args.lr, "max_len": args.max_len,
             "threads": args.threads, "frozen_word_embeddings": bool(args.freeze_embeddings),
+            "frozen_layers": args.freeze_layers, "head_lr": args.head_lr, "init": args.init,
             "final_running_loss": run_loss, "torch": torch.__version__}
     Path(args.out).with_name("train_info.json").write_text(json.dumps(info, indent=2))
     print(f"done: {step} steps, {step * args.batch} pairs, {time.time() - t_start:.0f}s -> {args.out}")
