@@ -65,8 +65,12 @@ def stats_ms(values: list[float]) -> dict[str, float]:
 def machine() -> dict:
     mem = next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    spin = []
+    for _ in range(10):  # contention gauge: a fixed pure-Python loop, median vs best
+        t0 = time.perf_counter(); sum(range(1_000_000)); spin.append((time.perf_counter() - t0) * 1000)
     return {"cpus": os.cpu_count(), "cpu": cpu, "mem_gib": round(mem / 2**20, 1), "load_avg_at_start": os.getloadavg(),
-            "python": platform.python_version()}
+            "python": platform.python_version(),
+            "spin_ms_median_vs_min": [round(statistics.median(spin), 1), round(min(spin), 1)]}
 
 
 def split_name(spec: str) -> tuple[str, str]:

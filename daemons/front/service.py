@@ -290,8 +290,13 @@ class Front:
         authenticator = None
         if self.s.front_tcp:
             tcp_sock = runtime.make_socket(self.ctx, zmq.ROUTER)
-            authenticator = secure_server_socket(self.ctx, tcp_sock, self.s)
-            tcp_sock.bind(self.s.front_tcp)
+            try:
+                authenticator = secure_server_socket(self.ctx, tcp_sock, self.s)
+                tcp_sock.bind(self.s.front_tcp)
+            except (ValueError, OSError, zmq.ZMQError) as exc:
+                self.log.error("tcp_refused", endpoint=self.s.front_tcp, error=str(exc))
+                sock.close(0)
+                raise SystemExit(f"front: {exc}") from None
         control = runtime.ControlServer(self.ctx, self.s.control_endpoint("front"), "front", self.log, self.stats, self.stop,
                                         status_fn=lambda: {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp})
         control.start()
