@@ -142,14 +142,17 @@ def test_probabilities_in_open_unit_interval(ce):
 
 
 def test_batching_does_not_change_scores(ce):
-    """Batch size and candidate order change neither the scores nor which passage they belong to."""
+    """A passage's score does not depend on its neighbours or order; bigger batches only add int8 noise."""
     passages = [c[1] for c in CASES] + [c[2] for c in CASES]
     q = CASES[1][0]
-    one = ce.score(q, passages, batch_size=1)
-    for bs in (3, 4, 12):
-        assert ce.score(q, passages, batch_size=bs) == pytest.approx(one, abs=0.02)
-    rev = ce.score(q, passages[::-1], batch_size=4)
-    assert rev[::-1] == pytest.approx(one, abs=0.02)
+    one = ce.score(q, passages)
+    assert ce.score(q, passages[::-1])[::-1] == pytest.approx(one, abs=1e-9)
+    assert [ce.score(q, [p])[0] for p in passages] == pytest.approx(one, abs=1e-9)
+    for bs in (3, 4, 12):  # activations are quantised per run: padded batches shift scores a little
+        batched = ce.score(q, passages, batch_size=bs)
+        assert batched == pytest.approx(one, abs=0.1)
+        assert sorted(range(len(one)), key=one.__getitem__)[-2:] == \
+            sorted(range(len(one)), key=batched.__getitem__)[-2:]
 
 
 def test_model_id_and_manifest(ce):
