@@ -8,6 +8,8 @@ from pathlib import Path
 
 MANIFEST_NAME = "manifest.json"
 REQUIRED_KEYS = ("name", "model_file", "tokenizer", "dim", "max_tokens", "files")
+#: A cross-encoder has no embedding dimension; its manifest lists checksums under ``sha256``.
+CROSS_ENCODER_KEYS = ("name", "model_file", "tokenizer_file", "max_tokens", "query_max_tokens", "sha256")
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -56,12 +58,14 @@ def verify(folder: str | Path) -> list[str]:
         return [f"{folder / MANIFEST_NAME}: missing"]
     except (OSError, ValueError) as e:
         return [f"{folder / MANIFEST_NAME}: unreadable ({e})"]
-    problems = [f"manifest.json: missing key {k!r}" for k in REQUIRED_KEYS if k not in m]
-    files = m.get("files")
+    cross = m.get("kind") == "cross-encoder"
+    required = CROSS_ENCODER_KEYS if cross else REQUIRED_KEYS
+    problems = [f"manifest.json: missing key {k!r}" for k in required if k not in m]
+    files = m.get("sha256" if cross else "files")
     if not isinstance(files, dict) or not files:
-        problems.append("manifest.json: 'files' must list the folder's files")
+        problems.append(f"manifest.json: {'sha256' if cross else 'files'!r} must list the folder's files")
         return problems
-    for key in ("model_file", "tokenizer"):
+    for key in ("model_file", "tokenizer_file" if cross else "tokenizer"):
         if key in m and m[key] not in files:
             problems.append(f"manifest.json: {key} {m[key]!r} is not listed in 'files'")
     for name, info in files.items():
