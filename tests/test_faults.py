@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from daemons.cli import processes_for
 import zmq
 
 from daemons.lib import runtime
@@ -205,19 +207,8 @@ class Asker(threading.Thread):
 
 
 def _pids_with_runtime_dir(rt: str) -> list[int]:
-    needle = f"WSCTX_RUNTIME_DIR={rt}".encode()
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            env = (d / "environ").read_bytes().split(b"\0")
-            state = (d / "stat").read_text().split(")")[-1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state != "Z":
-            found.append(int(d.name))
-    return found
+    """Processes (any parent) whose environment names this test's runtime dir."""
+    return processes_for(rt)
 
 
 class Supervised:

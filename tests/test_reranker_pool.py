@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from daemons.cli import processes_for
+
 from daemons.lib import runtime
 from daemons.lib.config import load_settings
 from protocol.errors import Unavailable
@@ -87,19 +89,7 @@ QUERY = "how does the daemon decode and dispatch a request?"
 
 def _pids_with_runtime_dir(rt: str) -> list[int]:
     """Processes (any parent) whose environment names this test's runtime dir."""
-    needle = f"WSCTX_RUNTIME_DIR={rt}".encode()
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            env = (d / "environ").read_bytes().split(b"\0")
-            state = (d / "stat").read_text().split(")")[-1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state != "Z":
-            found.append(int(d.name))
-    return found
+    return processes_for(rt)
 
 
 class Pool:
