@@ -50,6 +50,7 @@ class Embedder:
         self.stop = threading.Event()
         self.registry = Registry(settings.data_dir)
         self.indexes: dict[str, WorkspaceIndex] = {}
+        self.vector_index_builds: dict[str, threading.Thread] = {}
         self.lock = threading.RLock()
         self.model = None
         self.model_error = ""
@@ -176,6 +177,21 @@ class Embedder:
                         self.log.error("optimize_failed", workspace=idx.wid, error=f"{type(exc).__name__}: {exc}")
                         continue
                     self.log.info("optimized", workspace=idx.wid, ms=round((time.perf_counter() - t0) * 1000, 1))
+                if idx.store is not None and idx.wid not in self.vector_index_builds and idx.store.needs_vector_index():
+                    t = threading.Thread(target=self._build_vector_index, args=(idx,), name="vector-index", daemon=True)
+                    self.vector_index_builds[idx.wid] = t
+                    t.start()
+
+    def _build_vector_index(self, idx: WorkspaceIndex) -> None:
+        """Build the ANN index in the background; indexing and queries go on meanwhile."""
+        t0 = time.perf_counter()
+        try:
+            idx.store.ensure_vector_index()
+            self.log.info("vector_index_built", workspace=idx.wid, ms=round((time.perf_counter() - t0) * 1000, 1))
+        except Exception as exc:  # noqa: BLE001 - retried at the next idle optimize
+            self.log.error("vector_index_failed", workspace=idx.wid, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.vector_index_builds.pop(idx.wid, None)
 
     def _retry_failed_writes(self) -> None:
         """After a failed write, ask the watcher (every WRITE_RETRY_S) to re-send what the table lacks."""

@@ -166,16 +166,18 @@ class IndexStore:
         with self._lock:
             self.table.optimize(cleanup_older_than=timedelta(minutes=10))
             self._writes_since_optimize = 0
-            self.ensure_vector_index()
+
+    def needs_vector_index(self, min_rows: int = VECTOR_INDEX_MIN_ROWS) -> bool:
+        return self.table.count_rows() >= min_rows and not any(i.name == "vector_idx" for i in self.table.list_indices())
 
     def ensure_vector_index(self, min_rows: int = VECTOR_INDEX_MIN_ROWS) -> bool:
         """Build the HNSW (scalar-quantised) vector index once the table is large enough.
 
-        Rows added later are searched flat until the next ``optimize`` folds them in.
+        Rows added later are searched flat until the next ``optimize`` folds them in. The build
+        takes minutes at a million rows, so callers run it off the write path (it does not take
+        the writer lock: LanceDB commits it as its own version beside concurrent writes).
         """
-        if any(i.name == "vector_idx" for i in self.table.list_indices()):
-            return False
-        if self.table.count_rows() < min_rows:
+        if not self.needs_vector_index(min_rows):
             return False
         self.table.create_index("vector", config=HnswSq(distance_type="cosine"), replace=True)
         return True
