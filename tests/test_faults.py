@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from daemons.cli import processes_for
 import zmq
 
+from daemons.cli import processes_for
 from daemons.lib import runtime
 from daemons.lib.config import load_settings
 from protocol import envelope
