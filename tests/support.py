@@ -9,8 +9,10 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+import pytest
 
 from daemons.lib import runtime
 from daemons.lib.config import load_settings
@@ -301,3 +305,40 @@ def table_mismatches(data_dir: str | Path, root: str | Path, max_file_bytes: int
 def table_matches_disk(data_dir: str | Path, root: str | Path, max_file_bytes: int = 1_000_000, include_globs=None, exclude_globs=None) -> bool:
     """True when every indexable file has rows of exactly its content hash and no other path has rows."""
     return not table_mismatches(data_dir, root, max_file_bytes, include_globs, exclude_globs)
+
+
+def standin_cross_encoder(folder: Path) -> Path:
+    """A tiny ONNX 'cross-encoder' (mean of per-token weights) with a real tokenizer, for when the real one is not built."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = json.loads((REPO / "models" / "artifacts" / "minilm-l6-v2" / "tokenizer.json").read_text())["model"]["vocab"]
+    weights = np.random.default_rng(7).normal(0, 2, size=(len(vocab), 1)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["W", "input_ids"], ["emb"], axis=0),  # B,T,1
+            helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["maskf", "ax2"], ["mask3"]),
+            helper.make_node("Mul", ["emb", "mask3"], ["masked"]),
+            helper.make_node("ReduceSum", ["masked", "ax1"], ["total"], keepdims=0),  # B,1
+            helper.make_node("ReduceSum", ["mask3", "ax1"], ["count"], keepdims=0),
+            helper.make_node("Div", ["total", "count"], ["logits"]),
+        ],
+        "fixture_ce",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "T"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"]),
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", 1])],
+        [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(np.array([2], np.int64), "ax2"),
+         numpy_helper.from_array(np.array([1], np.int64), "ax1")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "model.int8.onnx"))
+    shutil.copy(REPO / "models" / "artifacts" / "minilm-l6-v2" / "tokenizer.json", folder / "tokenizer.json")
+    sums = {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in ("model.int8.onnx", "tokenizer.json")}
+    (folder / "manifest.json").write_text(json.dumps({"name": "fixture-ce", "version": "0", "sha256": sums}))
+    return folder

@@ -13,10 +13,8 @@ Durations that the issue names are constants overridable by environment variable
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -34,7 +32,7 @@ from daemons.lib import runtime
 from daemons.lib.config import load_settings
 from protocol import envelope
 from protocol.schema import AskReply, AskRequest, ErrorReply, PingRequest, StatusRequest, WorkspaceAddRequest
-from tests.support import REPO, daemon_env, open_table, short_tmpdir, table_mismatches, wait_until
+from tests.support import REPO, daemon_env, open_table, short_tmpdir, standin_cross_encoder, table_mismatches, wait_until
 
 DAEMONS = ("watcher", "chunker", "embedder", "searcher", "reranker", "front")
 EMBEDDER_OUTAGE_S = float(os.environ.get("WSCTX_FAULT_EMBEDDER_OUTAGE_S", "60"))
@@ -42,7 +40,6 @@ BRANCH_FILES = int(os.environ.get("WSCTX_FAULT_BRANCH_FILES", "1000"))
 BIG_FILE_MB = int(os.environ.get("WSCTX_FAULT_BIG_FILE_MB", "50"))
 INDEX_TIMEOUT = 180
 REAL_CE = REPO / "models" / "artifacts" / "cross-encoder"
-TOKENIZER = REPO / "models" / "artifacts" / "minilm-l6-v2" / "tokenizer.json"
 FUSED_ORDER = "fused order (reranker unavailable)"
 
 
@@ -87,37 +84,7 @@ def fixture_cross_encoder(folder: Path) -> Path:
     if (REAL_CE / "manifest.json").is_file():
         shutil.copytree(REAL_CE, folder)
         return folder
-    onnx = pytest.importorskip("onnx")
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = json.loads(TOKENIZER.read_text())["model"]["vocab"]
-    weights = np.random.default_rng(7).normal(0, 2, size=(len(vocab), 1)).astype(np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node("Gather", ["W", "input_ids"], ["emb"], axis=0),
-            helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
-            helper.make_node("Unsqueeze", ["maskf", "ax2"], ["mask3"]),
-            helper.make_node("Mul", ["emb", "mask3"], ["masked"]),
-            helper.make_node("ReduceSum", ["masked", "ax1"], ["total"], keepdims=0),
-            helper.make_node("ReduceSum", ["mask3", "ax1"], ["count"], keepdims=0),
-            helper.make_node("Div", ["total", "count"], ["logits"]),
-        ],
-        "fixture_ce",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "T"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", 1])],
-        [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(np.array([2], np.int64), "ax2"),
-         numpy_helper.from_array(np.array([1], np.int64), "ax1")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(folder / "model.int8.onnx"))
-    shutil.copy(TOKENIZER, folder / "tokenizer.json")
-    sums = {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in ("model.int8.onnx", "tokenizer.json")}
-    (folder / "manifest.json").write_text(json.dumps({"name": "fixture-ce", "version": "0", "sha256": sums}))
-    return folder
+    return standin_cross_encoder(folder)
 
 
 # ---------------------------------------------------------------------------- asking like an editor

@@ -1,8 +1,6 @@
 """The reranker pool as real processes: broker + worker processes over ipc, faults by environment."""
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import signal
@@ -18,48 +16,16 @@ from daemons.cli import processes_for
 from daemons.lib import runtime
 from daemons.lib.config import load_settings
 from protocol.errors import Unavailable
+from tests.support import standin_cross_encoder
 from protocol.schema import RerankReply, RerankRequest, StatusRequest
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_MODEL = REPO / "models" / "artifacts" / "cross-encoder"
-TOKENIZER = REPO / "models" / "artifacts" / "minilm-l6-v2" / "tokenizer.json"
 
 
 def _build_fixture_model(folder: Path) -> Path:
-    """A tiny ONNX 'cross-encoder' (mean of per-token weights) with a real tokenizer, for when the real one is not built."""
-    onnx = pytest.importorskip("onnx")
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = json.loads(TOKENIZER.read_text())["model"]["vocab"]
-    weights = np.random.default_rng(7).normal(0, 2, size=(len(vocab), 1)).astype(np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node("Gather", ["W", "input_ids"], ["emb"], axis=0),  # B,T,1
-            helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
-            helper.make_node("Unsqueeze", ["maskf", "ax2"], ["mask3"]),
-            helper.make_node("Mul", ["emb", "mask3"], ["masked"]),
-            helper.make_node("ReduceSum", ["masked", "ax1"], ["total"], keepdims=0),  # B,1
-            helper.make_node("ReduceSum", ["mask3", "ax1"], ["count"], keepdims=0),
-            helper.make_node("Div", ["total", "count"], ["logits"]),
-        ],
-        "fixture_ce",
-        [
-            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "T"]),
-            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"]),
-        ],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", 1])],
-        [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(np.array([2], np.int64), "ax2"),
-         numpy_helper.from_array(np.array([1], np.int64), "ax1")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(folder / "model.int8.onnx"))
-    shutil.copy(TOKENIZER, folder / "tokenizer.json")
-    sums = {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in ("model.int8.onnx", "tokenizer.json")}
-    (folder / "manifest.json").write_text(json.dumps({"name": "fixture-ce", "version": "0", "sha256": sums}))
-    return folder
+    """A tiny ONNX stand-in cross-encoder with a real tokenizer, for when the real one is not built."""
+    return standin_cross_encoder(folder)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import inspect
 import os
 import queue
-import signal
 import sys
 import threading
 import time
