@@ -1,5 +1,5 @@
 """Shared by the quality and speed benchmarks: building an index with the product's own library
-path (WorkspaceFilter -> classify_file/sniff -> chunk_text -> plan_rows -> embed_documents ->
+path (WorkspaceFilter -> read_file -> chunk_text -> plan_rows -> embed_documents ->
 IndexStore), an on-disk embedding cache, a whole-file BM25 floor, and file-level metrics.
 
 The embedding cache (``<cache>/embcache/<model_id>.sqlite``, key = sha1 of the exact string handed
@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, chunk_text
 from daemons.lib.config import Settings
-from daemons.lib.filtering import WorkspaceFilter, classify_file, content_hash, sniff
+from daemons.lib.filtering import WorkspaceFilter, content_hash, read_file
 from daemons.lib.indexing import index_meta, plan_rows
 from daemons.lib.keywords import _expand, identifiers, query_keywords
 from daemons.lib.store import IndexStore, RebuildNeeded
@@ -56,13 +56,8 @@ def workspace_files(tree: Path, settings: Settings) -> tuple[list[tuple[str, byt
         if rel == ".complete":
             continue
         full = tree / rel
-        v = classify_file(full, settings.max_file_bytes)
-        if not v.ok:
-            skipped[rel] = v.reason
-            continue
-        data = full.read_bytes()
-        v = sniff(data, settings.max_file_bytes)
-        if not v.ok:
+        v, data = read_file(full, settings.max_file_bytes)
+        if data is None:
             skipped[rel] = v.reason
             continue
         kept.append((rel, data))

@@ -18,7 +18,7 @@ import zmq
 from daemons.lib import runtime
 from daemons.lib.chunking import CHUNKER_VERSION, Chunk, ChunkSettings, chunk_text, language_for_path
 from daemons.lib.config import Settings, load_settings
-from daemons.lib.filtering import classify_file, content_hash, sniff
+from daemons.lib.filtering import content_hash, read_file
 from daemons.lib.log import configure
 from daemons.lib.workspaces import Registry, check_event, safe_relpath
 from protocol import envelope
@@ -91,19 +91,10 @@ class Chunker:
             self.log.warning("bad_path", path=body.path, error=exc.message)
             return
         full = Path(body.root) / rel
-        verdict = classify_file(full, self.s.max_file_bytes)
-        if not verdict.ok:
+        # One read: the bytes that were judged are the bytes chunked and hashed.
+        verdict, data = read_file(full, self.s.max_file_bytes)
+        if data is None:
             self._forward(FileDeleted(workspace=body.workspace, root=body.root, path=rel, reason=verdict.reason or "unreadable"), msg)
-            return
-        try:
-            data = full.read_bytes()
-        except OSError as exc:
-            self._forward(FileDeleted(workspace=body.workspace, root=body.root, path=rel, reason=f"unreadable ({exc})"), msg)
-            return
-
-        verdict = sniff(data, self.s.max_file_bytes)  # re-check the bytes actually read
-        if not verdict.ok:
-            self._forward(FileDeleted(workspace=body.workspace, root=body.root, path=rel, reason=verdict.reason), msg)
             return
         text = data.decode("utf-8")
         t0 = time.perf_counter()

@@ -25,7 +25,7 @@ from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.keywords import query_keywords
 from daemons.lib.log import configure
-from daemons.lib.search import hybrid_search
+from daemons.lib.search import hybrid_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
 from daemons.lib.store import IndexStore
 from daemons.lib.widening import lines_text, split_lines, widen
@@ -257,11 +257,7 @@ class Front:
         if store is None:
             return [], keyword_query
         result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k)
-        return [
-            Candidate(chunk_id=r["chunk_id"], path=r["path"], start_line=int(r["start_line"]), end_line=int(r["end_line"]),
-                      text=r["text"], language=r.get("language"), fused_score=float(r["fused_score"]), ranks=r["ranks"])
-            for r in result.candidates
-        ], keyword_query
+        return to_candidates(result.candidates), keyword_query
 
     def _ask_team(self, spec: str, question: str) -> list[Hit]:
         """Ask a team front (``tcp://host:port[#workspace]``); its blocks come back as team hits."""

@@ -64,17 +64,23 @@ def sniff(data: bytes, max_bytes: int) -> FileVerdict:
     return FileVerdict(True, content_hash=content_hash(data), size=len(data))
 
 
-def classify_file(path: Path, max_bytes: int) -> FileVerdict:
-    """Read and sniff one file; unreadable files are skipped with the reason."""
+def read_file(path: Path, max_bytes: int) -> tuple[FileVerdict, bytes | None]:
+    """Read and sniff one file; return the verdict and, when it is indexable, the bytes judged."""
     try:
         st = path.stat()
         if st.st_size > max_bytes:
-            return FileVerdict(False, f"larger than {max_bytes} bytes", size=st.st_size)
+            return FileVerdict(False, f"larger than {max_bytes} bytes", size=st.st_size), None
         with path.open("rb") as fh:
             data = fh.read(max_bytes + 1)
     except OSError as exc:
-        return FileVerdict(False, f"unreadable ({exc.strerror or exc})")
-    return sniff(data, max_bytes)
+        return FileVerdict(False, f"unreadable ({exc.strerror or exc})"), None
+    verdict = sniff(data, max_bytes)
+    return verdict, data if verdict.ok else None
+
+
+def classify_file(path: Path, max_bytes: int) -> FileVerdict:
+    """Read and sniff one file; unreadable files are skipped with the reason."""
+    return read_file(path, max_bytes)[0]
 
 
 def _global_excludes_file() -> Path | None:

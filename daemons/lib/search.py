@@ -17,6 +17,7 @@ import numpy as np
 
 from daemons.lib.fusion import FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR, fold_windows, rrf
 from daemons.lib.store import IndexStore
+from protocol.schema import Candidate
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="search")
 
@@ -79,3 +80,14 @@ def hybrid_search(
         row["ranks"] = dict(f.ranks)
         candidates.append(row)
     return SearchResult(candidates, lists, timings)
+
+
+def to_candidates(rows: list[dict[str, Any]]) -> list[Candidate]:
+    """The fused rows of a ``SearchResult`` as ``Candidate`` messages, in order."""
+    return [
+        Candidate(
+            chunk_id=r["chunk_id"], path=r["path"], start_line=int(r["start_line"]), end_line=int(r["end_line"]),
+            text=r["text"], language=r.get("language"), fused_score=float(r["fused_score"]), ranks=r["ranks"],
+        )
+        for r in rows
+    ]

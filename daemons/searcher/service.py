@@ -18,12 +18,12 @@ from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.keywords import query_keywords
 from daemons.lib.log import configure
-from daemons.lib.search import hybrid_search
+from daemons.lib.search import hybrid_search, to_candidates
 from daemons.lib.store import IndexStore
 from daemons.lib.workspaces import Registry, index_dir
 from protocol import envelope
 from protocol.errors import ProtocolError, UnknownWorkspace
-from protocol.schema import Candidate, EmbedQueryRequest, SearchReply
+from protocol.schema import EmbedQueryRequest, SearchReply
 
 DEGRADED_EMBEDDER_DOWN = "keywords only (embedder unavailable)"
 DEGRADED_EMBEDDER_SLOW = "keywords only (embedder too slow)"
@@ -108,13 +108,7 @@ class Searcher:
                 return SearchReply(keyword_query=keyword_query, candidates=[], degraded=["index not built yet"])
             result = self._run(store, keyword_query, vector, req)
         timings.update(result.timings_ms)
-        candidates = [
-            Candidate(
-                chunk_id=r["chunk_id"], path=r["path"], start_line=int(r["start_line"]), end_line=int(r["end_line"]),
-                text=r["text"], language=r.get("language"), fused_score=float(r["fused_score"]), ranks=r["ranks"],
-            )
-            for r in result.candidates
-        ]
+        candidates = to_candidates(result.candidates)
         timings["total"] = round((time.perf_counter() - started) * 1000, 2)
         self.stats.incr("searches")
         if degraded:
