@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
-METHODS = ["bm25_file", "keyword", "vector", "fused", "reranked"]
+from bench.quality import METHODS  # noqa: E402  one list of methods for run, report and plot
 
 
 def load(name: str) -> dict:

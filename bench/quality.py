@@ -8,8 +8,11 @@ the question is answered five ways:
   the floor, as the eval README measured it
 * ``keyword``    ``IndexStore.keyword_search(query_keywords(q), 50)``  (chunk hits -> files)
 * ``vector``     ``IndexStore.vector_search(embed_query(q), 50)`` folded to chunks
-* ``fused``      ``hybrid_search`` with the product's settings (20 + 20, RRF k=60, top 12): so its
-  recall@10 is over a 12-chunk list, as the product sees it; no focus files (none in the cases)
+* ``unweighted`` ``hybrid_search`` with tests and docs weighed like source (``test_weight`` and
+  ``doc_weight`` 1.0): fusion as SPEC §2 states it, before the role weights
+* ``fused``      ``hybrid_search`` with the product's settings (20 + 20, RRF k=60, role weights, top
+  12): so its recall@10 is over a 12-chunk list, as the product sees it; no focus files (none in
+  the cases)
 * ``reranked``   the fused 12 rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
   ordered by probability (no threshold cut, so recall is comparable)
 
@@ -40,9 +43,11 @@ from bench.common import (
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows
 from daemons.lib.keywords import query_keywords
+from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
 
-METHODS = ["bm25_file", "keyword", "vector", "fused", "reranked"]
+METHODS = ["bm25_file", "keyword", "vector", "unweighted", "fused", "reranked"]
+SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
 
 
@@ -67,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", action="append", help="owner/name or PyPI name; repeatable")
     ap.add_argument("--skip-repo", action="append", default=[], help="leave this repository out (reported)")
     ap.add_argument("--limit", type=int, default=0, help="at most N cases per case set (after --repo)")
+    ap.add_argument("--embedder", default=None, help="embedding model artifact name (default: the product's setting)")
     ap.add_argument("--no-rerank", action="store_true")
     ap.add_argument("--reranker-dir", default=None)
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
@@ -77,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from models.embedding import load_embedder
 
     settings = bench_settings()
+    if args.embedder:
+        settings.embedder_model = args.embedder
     embedder = load_embedder(settings.embedder_model)
     emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
     reranker, rerank_note = None, ""
@@ -93,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rerank_note = "not run (--no-rerank)"
 
+    # the cached rankings depend on the search settings and the reranker's file, so both name the folder
+    search_settings = {k: getattr(settings, k) for k in SEARCH_SETTINGS}
+    search_key = "s" + hashlib.sha1(json.dumps([search_settings, rerank_note]).encode()).hexdigest()[:10]
     cases = load_cases(args.cases)
     if args.repo:
         cases = [c for c in cases if c["repo"] in args.repo or PYPI_NAMES.get(c["repo"]) in args.repo]
@@ -132,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         files, _ = workspace_files(tree, settings)
         indexed = {rel for rel, _ in files}
         bm25 = WholeFileBM25(files)
-        runs = cache / "caseruns" / index_key(name, version, embedder.model_id, settings)
+        runs = cache / "caseruns" / index_key(name, version, embedder.model_id, settings) / search_key
         runs.mkdir(parents=True, exist_ok=True)
         log(f"  {name}-{version}: {len(items)} cases")
         for c, _ in items:
@@ -141,13 +152,16 @@ def main(argv: list[str] | None = None) -> int:
             q = c["query"]
             changed = False
             ranked["bm25_file"] = bm25.search(q, 50)  # cheap: always recomputed, never stale
-            if not {"keyword", "vector", "fused"} <= ranked.keys() or (reranker is not None and "reranked" not in ranked):
+            if not {"keyword", "vector", "unweighted", "fused"} <= ranked.keys() or (reranker is not None and "reranked" not in ranked):
                 kw = query_keywords(q)
                 vec = embedder.embed_query(q)
                 ranked["keyword"] = files_in_order(store.keyword_search(kw, 50))
                 ranked["vector"] = files_in_order(fold_windows(store.vector_search(vec, 50), limit=50))
-                res = hybrid_search(store, kw, vec, None, vector_k=settings.vector_k, keyword_k=settings.keyword_k,
-                                    focus_k=settings.focus_k, top_n=settings.rerank_top, rrf_k=settings.rrf_k)
+                common = dict(vector_k=settings.vector_k, keyword_k=settings.keyword_k, focus_k=settings.focus_k,
+                              top_n=settings.rerank_top, rrf_k=settings.rrf_k)
+                ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, **common).candidates)
+                res = hybrid_search(store, kw, vec, None, **common,
+                                    role_weights=role_weights(q, settings.test_weight, settings.doc_weight))
                 ranked["fused"] = files_in_order(res.candidates)
                 if reranker is not None:
                     cands = res.candidates
@@ -192,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nreranker: {rerank_note}")
     doc = {
         "date": date.today().isoformat(), "embedder": embedder.model_id, "reranker": rerank_note,
-        "settings": {k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rerank_top", "rrf_k")},
+        "settings": search_settings,
         "args": {k: v for k, v in vars(args).items() if k != "cache"},
         "summary": summary, "skipped": skipped, "cases": results,
     }

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 RES = Path(__file__).resolve().parent / "results"
-METHODS = ["bm25_file", "keyword", "vector", "fused", "reranked"]
+from bench.quality import METHODS  # noqa: E402  one list of methods for run, report and plot
 METRICS = ["recall@1", "recall@5", "recall@10", "acc@1", "acc@3", "acc@5", "mrr"]
 
 

@@ -178,6 +178,7 @@ class Candidate(Body, kw_only=True):
     language: str | None = None
     fused_score: float
     ranks: dict[str, int] = {}
+    weight: float = 1.0
 
 
 class SearchReply(Body, kw_only=True):

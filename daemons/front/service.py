@@ -25,6 +25,7 @@ from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.keywords import query_keywords
 from daemons.lib.log import configure
+from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
 from daemons.lib.store import IndexStore
@@ -223,7 +224,9 @@ class Front:
             degraded.append(f"index {pct}% built ({done} of {total} files, {progress['pending']} pending)")
         kept_labels = [(assembly.label(b), b.score if probs is not None else None) for b in blocks if b.kind == assembly.CODE and not b.team]
         near_labels = [(f"{c.path}:{c.start_line}-{c.end_line}", p) for c, p in near]
-        line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded)
+        weighted = assembly.weights_note((c.path, c.weight) for c in candidates)
+        line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded,
+                                     notes=[f"weighted {weighted}"] if weighted else [])
         stage("assemble", t0, blocks=len(out_blocks), chars=sum(len(b.text) for b in out_blocks))
 
         self.conversations.remember(req.conversation_id, searched, sorted({b.path for b in blocks if not b.team}))
@@ -256,7 +259,8 @@ class Front:
         store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
         if store is None:
             return [], keyword_query
-        result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k)
+        result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k,
+                               role_weights=role_weights(question, self.s.test_weight, self.s.doc_weight))
         return to_candidates(result.candidates), keyword_query
 
     def _ask_team(self, spec: str, question: str) -> list[Hit]:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from daemons.lib.roles import DOC, SOURCE, TEST, file_role
 from daemons.lib.widening import IMPORTS_MAX_CHARS, imports_block, lines_text, split_lines
 
 #: A merged block never grows beyond this many characters.
@@ -330,20 +331,32 @@ def context_line(
     kept: Sequence[tuple[str, float | None]],
     near_misses: Sequence[tuple[str, float | None]],
     degraded: Sequence[str] = (),
+    notes: Sequence[str] = (),
 ) -> str:
-    """One line: the query as searched, candidates reranked, kept hits, near misses, degraded modes.
+    """One line: the query as searched, candidates reranked, kept hits, near misses, notes, degraded modes.
 
     Segments are joined by `` · ``; ``kept none`` when nothing was kept; the
-    near-miss segment is left out when there are none; one segment per
-    degraded mode (e.g. :data:`DEGRADED_KEYWORDS_ONLY`). Never contains a newline.
+    near-miss segment is left out when there are none; one segment per note
+    (e.g. :func:`weights_note`) and per degraded mode (e.g.
+    :data:`DEGRADED_KEYWORDS_ONLY`). Never contains a newline.
     """
     query = " ".join(searched_query.split()).replace('"', '\\"')
     segs = [f'searched "{query}"', f"reranked {reranked_count}"]
     segs.append(f"kept {_probs(kept)}" if kept else "kept none")
     if near_misses:
         segs.append(f"near misses {_probs(near_misses)}")
+    segs.extend(" ".join(n.split()) for n in notes if n)
     segs.extend(" ".join(d.split()) for d in degraded if d)
     return " · ".join(segs)
+
+
+def weights_note(candidates: Iterable[tuple[str, float]]) -> str:
+    """``tests ×0.5, docs ×0.5`` for the roles among ``(path, weight)`` candidates weighted below 1; "" if none."""
+    seen: dict[str, float] = {}
+    for path, weight in candidates:
+        if weight < 1.0:
+            seen.setdefault(file_role(path), weight)
+    return ", ".join(f"{role}s ×{seen[role]:g}" for role in (TEST, DOC, SOURCE) if role in seen)
 
 
 def select_by_threshold(

@@ -60,6 +60,9 @@ class Settings:
     focus_k: int = 6
     focus_files: int = 8
     rrf_k: int = 60
+    # RRF multipliers for test and doc files when the question does not ask for them (roles.py)
+    test_weight: float = 0.5
+    doc_weight: float = 0.5
     rerank_top: int = 12
     embed_timeout_ms: int = 1500
     # reranking

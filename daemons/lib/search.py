@@ -3,7 +3,8 @@
 ``hybrid_search`` runs, at once: the ``vector_k`` nearest windows, the ``keyword_k`` best BM25
 chunks, and the same two restricted to the focus files (``focus_k`` each); windows are folded to
 one hit per chunk at the rank of its nearest window; the lists are merged by reciprocal rank
-fusion and the top ``top_n`` returned. Without a query vector (embedder down, slow, or the index
+fusion, each chunk's score is multiplied by its file role's weight (``daemons.lib.roles``: tests
+and docs count less unless the question asks for them), and the top ``top_n`` returned. Without a query vector (embedder down, slow, or the index
 built with another model) only the keyword lists run.
 """
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from daemons.lib.fusion import FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR, fold_windows, rrf
+from daemons.lib.roles import weight_of
 from daemons.lib.store import IndexStore
 from protocol.schema import Candidate
 
@@ -47,8 +50,13 @@ def hybrid_search(
     top_n: int = 12,
     rrf_k: int = 60,
     use_keywords: bool = True,
+    role_weights: Mapping[str, float] | None = None,
 ) -> SearchResult:
-    """Run the searches concurrently and return the fused top ``top_n`` chunk rows."""
+    """Run the searches concurrently and return the fused top ``top_n`` chunk rows.
+
+    Each returned row carries ``fused_score`` (RRF times its role weight), ``ranks`` (1-based,
+    per list) and ``weight`` (the role weight applied, 1.0 for source or without weights).
+    """
     jobs: dict[str, Any] = {}
     if query_vector is not None and vector_k > 0:
         jobs[VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, vector_k)
@@ -71,13 +79,19 @@ def hybrid_search(
         for r in rows:
             rows_by_chunk.setdefault(r["chunk_id"], r)
     t0 = time.perf_counter()
-    fused = rrf(lists, k=rrf_k)[:top_n]
+    weighted = []
+    for f in rrf(lists, k=rrf_k):
+        w = weight_of(rows_by_chunk[f.id]["path"], role_weights)
+        weighted.append((f, w, f.score * w))
+    # stable: equal weighted scores keep rrf's deterministic order
+    weighted.sort(key=lambda t: -round(t[2], 12))
     timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
     candidates = []
-    for f in fused:
+    for f, w, score in weighted[:top_n]:
         row = dict(rows_by_chunk[f.id])
-        row["fused_score"] = f.score
+        row["fused_score"] = score
         row["ranks"] = dict(f.ranks)
+        row["weight"] = w
         candidates.append(row)
     return SearchResult(candidates, lists, timings)
 
@@ -88,6 +102,7 @@ def to_candidates(rows: list[dict[str, Any]]) -> list[Candidate]:
         Candidate(
             chunk_id=r["chunk_id"], path=r["path"], start_line=int(r["start_line"]), end_line=int(r["end_line"]),
             text=r["text"], language=r.get("language"), fused_score=float(r["fused_score"]), ranks=r["ranks"],
+            weight=float(r.get("weight", 1.0)),
         )
         for r in rows
     ]

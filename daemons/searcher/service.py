@@ -18,6 +18,7 @@ from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.keywords import query_keywords
 from daemons.lib.log import configure
+from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, to_candidates
 from daemons.lib.store import IndexStore
 from daemons.lib.workspaces import Registry, index_dir
@@ -122,6 +123,7 @@ class Searcher:
         return hybrid_search(
             store, keyword_query, vector, req.focus_paths,
             vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k,
+            role_weights=role_weights(req.question, self.s.test_weight, self.s.doc_weight),
         )
 
     def run(self) -> None:

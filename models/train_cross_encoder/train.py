@@ -39,6 +39,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=0.03)
     ap.add_argument("--init", default="", help="state dict to continue from")
     ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--listwise", type=float, default=0.0,
+                    help="weight of a softmax loss over each query's group (its positive against its "
+                         "negatives); batches are then whole groups, --batch counts groups")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -54,7 +57,17 @@ def main() -> None:
     print(f"{len(rows)} training pairs, tokenised in {time.time() - t0:.1f}s, "
           f"mean length {sum(len(e[0]) for e in enc) / len(enc):.0f} tokens", flush=True)
 
+    def group_batches():
+        by: dict[str, list[int]] = {}
+        for i, r in enumerate(rows):
+            by.setdefault(r["group"], []).append(i)
+        groups = [g for g in by.values() if any(labels[i] == 1.0 for i in g)]
+        rng.shuffle(groups)
+        return [sum(groups[k:k + args.batch], []) for k in range(0, len(groups), args.batch)]
+
     def batches():
+        if args.listwise:
+            return group_batches()
         idx = list(range(len(enc)))
         rng.shuffle(idx)
         out = []
@@ -88,7 +101,7 @@ def main() -> None:
         {"params": list(model.head.parameters()), "weight_decay": 0.0, "lr": args.head_lr},
     ]
     opt = torch.optim.AdamW(groups, lr=args.lr)
-    per_epoch = math.ceil(len(enc) / args.batch)
+    per_epoch = len(group_batches()) if args.listwise else math.ceil(len(enc) / args.batch)
     total = int(per_epoch * args.epochs)
     warm = max(1, int(args.warmup * total))
     # linear warm-up, then linear decay to zero by whichever comes first: the planned number
@@ -102,25 +115,35 @@ def main() -> None:
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     loss_fn = nn.BCEWithLogitsLoss()
-    step, run_loss = 0, None
+    step, run_loss, pairs_seen = 0, None, 0
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     done = False
     while not done:
         for b in batches():
             ids, mask, types = collate([enc[i] for i in b])
             y = torch.tensor([labels[i] for i in b])
-            loss = loss_fn(model(ids, mask, types), y)
+            logits = model(ids, mask, types)
+            loss = loss_fn(logits, y)
+            if args.listwise:
+                # each group: one positive against its own negatives (cross entropy over the group)
+                listwise = []
+                for key in dict.fromkeys(rows[i]["group"] for i in b):
+                    pos = [j for j, i in enumerate(b) if rows[i]["group"] == key]
+                    target = next(k for k, j in enumerate(pos) if y[j] == 1.0)
+                    listwise.append(nn.functional.cross_entropy(logits[pos].unsqueeze(0), torch.tensor([target])))
+                loss = loss + args.listwise * torch.stack(listwise).mean()
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
             step += 1
+            pairs_seen += len(b)
             run_loss = loss.item() if run_loss is None else 0.95 * run_loss + 0.05 * loss.item()
             el = time.time() - t_start
             if step % 10 == 0:
                 print(f"step {step}/{total} loss {run_loss:.4f} lr {sched.get_last_lr()[0]:.2e} "
-                      f"{step * args.batch / el:.1f} pairs/s {el:.0f}s", flush=True)
+                      f"{pairs_seen / el:.1f} pairs/s {el:.0f}s", flush=True)
             if step % args.ckpt_every == 0:
                 torch.save(model.state_dict(), args.out)
             if step >= total or el > args.time_budget:
@@ -128,13 +151,13 @@ def main() -> None:
                 break
     torch.save(model.state_dict(), args.out)
     info = {"pairs_available": len(enc), "steps": step, "batch": args.batch,
-            "pairs_seen": step * args.batch, "epochs_seen": step * args.batch / len(enc),
+            "pairs_seen": pairs_seen, "epochs_seen": pairs_seen / len(enc),
             "seconds": round(time.time() - t_start), "lr": args.lr, "max_len": args.max_len,
             "threads": args.threads, "frozen_word_embeddings": bool(args.freeze_embeddings),
             "frozen_layers": args.freeze_layers, "head_lr": args.head_lr, "init": args.init,
-            "final_running_loss": run_loss, "torch": torch.__version__}
+            "listwise": args.listwise, "final_running_loss": run_loss, "torch": torch.__version__}
     Path(args.out).with_name("train_info.json").write_text(json.dumps(info, indent=2))
-    print(f"done: {step} steps, {step * args.batch} pairs, {time.time() - t_start:.0f}s -> {args.out}")
+    print(f"done: {step} steps, {pairs_seen} pairs, {time.time() - t_start:.0f}s -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""File roles and their fusion weights: tests and docs count less unless the question asks for them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daemons.lib.assembly import context_line, weights_note
+from daemons.lib.roles import DOC, SOURCE, TEST, file_role, role_weights, weight_of
+from daemons.lib.search import hybrid_search
+from daemons.lib.store import IndexStore
+
+DIM = 8
+META = {"model_id": "m@1", "dim": DIM, "chunker_version": "1", "chunk_max_chars": 1000}
+
+
+@pytest.mark.parametrize("path, role", [
+    ("src/requests/sessions.py", SOURCE),
+    ("tests/test_sessions.py", TEST),
+    ("testing/python/collect.py", TEST),
+    ("pkg/conftest.py", TEST),
+    ("server/handler_test.go", TEST),
+    ("web/src/app.spec.ts", TEST),
+    ("web/src/__tests__/app.js", TEST),
+    ("src/main/java/FooTest.java", TEST),
+    ("docs/api.rst", DOC),
+    ("README.md", DOC),
+    ("doc/conf.py", DOC),
+    ("src/_pytest/python.py", SOURCE),
+    ("src/contest.py", SOURCE),
+    ("lib/latest.py", SOURCE),
+])
+def test_file_role_reads_the_path(path: str, role: str) -> None:
+    """The role of a file comes from its folders, name and suffix, in the usual conventions of several languages."""
+    assert file_role(path) == role
+
+
+def test_question_that_asks_for_tests_or_docs_lifts_their_weight() -> None:
+    """A question naming tests or docs weighs that role fully; other questions get the configured weights."""
+    plain = role_weights("where is the retry logic?", 0.5, 0.25)
+    assert plain == {SOURCE: 1.0, TEST: 0.5, DOC: 0.25}
+    assert role_weights("how is the retry logic tested?", 0.5, 0.25)[TEST] == 1.0
+    assert role_weights("where is the retry logic documented?", 0.5, 0.25)[DOC] == 1.0
+    assert role_weights("pytest fails to collect a docstring", 0.5, 0.25) == plain
+    assert weight_of("tests/test_x.py", None) == 1.0
+    assert weight_of("tests/test_x.py", plain) == 0.5
+
+
+def _row(path: str, i: int, keywords: str, vec: np.ndarray) -> dict:
+    return {
+        "id": f"{path}|h|{i}|0", "chunk_id": f"{path}|h|{i}", "path": path, "content_hash": "h", "chunk_index": i,
+        "window": 0, "start_line": 1, "end_line": 9, "language": "python", "text": keywords, "keywords": keywords,
+        "vector": vec / np.linalg.norm(vec),
+    }
+
+
+@pytest.mark.timeout(120)
+def test_hybrid_search_puts_source_above_a_test_that_repeats_its_names(tmp_path) -> None:
+    """A test that matches the question better than the source ranks below it after weighting, and above it when the question asks for tests."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal(DIM).astype(np.float32)
+    store = IndexStore.open_writer(tmp_path / "ix", META)
+    # the test is all question words and nearest the question; the source is second on both lists
+    store.replace_file("tests/test_retry.py", [_row("tests/test_retry.py", 0, "retry backoff", q + 0.01)])
+    store.replace_file("src/retry.py", [_row("src/retry.py", 0, "retry backoff session adapter timeout", q + 0.3 * rng.standard_normal(DIM))])
+    for k in range(4):
+        store.replace_file(f"src/other{k}.py", [_row(f"src/other{k}.py", 0, f"unrelated{k} words", rng.standard_normal(DIM))])
+
+    unweighted = hybrid_search(store, "retry backoff", q)
+    assert [c["path"] for c in unweighted.candidates[:2]] == ["tests/test_retry.py", "src/retry.py"]
+    assert all(c["weight"] == 1.0 for c in unweighted.candidates)
+
+    weighted = hybrid_search(store, "retry backoff", q, role_weights=role_weights("where is the retry backoff?", 0.5, 0.5))
+    assert [c["path"] for c in weighted.candidates[:2]] == ["src/retry.py", "tests/test_retry.py"]
+    test_hit = weighted.candidates[1]
+    assert test_hit["weight"] == 0.5
+    assert test_hit["fused_score"] == pytest.approx(0.5 * sum(1 / (60 + r) for r in test_hit["ranks"].values()))
+
+    asked = hybrid_search(store, "retry backoff", q, role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5))
+    assert asked.candidates[0]["path"] == "tests/test_retry.py"
+
+
+def test_context_line_names_the_roles_weighted_down() -> None:
+    """The context line says which roles were weighted down among the candidates, and says nothing when none were."""
+    note = weights_note([("src/a.py", 1.0), ("docs/a.rst", 0.5), ("tests/test_a.py", 0.25)])
+    assert note == "tests ×0.25, docs ×0.5"
+    assert weights_note([("src/a.py", 1.0)]) == ""
+    line = context_line("retry", 3, [("src/a.py:1-9", 0.9)], [], notes=[f"weighted {note}"])
+    assert line == 'searched "retry" · reranked 3 · kept src/a.py:1-9 0.90 · weighted tests ×0.25, docs ×0.5'
