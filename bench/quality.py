@@ -14,7 +14,8 @@ the question is answered five ways:
   12): so its recall@10 is over a 12-chunk list, as the product sees it; no focus files (none in
   the cases)
 * ``reranked``   the fused 12 rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
-  ordered by probability (no threshold cut, so recall is comparable)
+  ordered by probability times role weight, as the front orders its blocks (no threshold cut,
+  so recall is comparable)
 
 Metrics per case set and per repository: recall@1/5/10, acc@1/3/5, MRR at file level (a chunk
 counts for its file at its first occurrence). A case is skipped, with the reason, when its sdist
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 if reranker is not None:
                     cands = res.candidates
                     probs = reranker.score(q, [f"{r['path']}\n{r['text']}" for r in cands]) if cands else []
-                    order = sorted(range(len(cands)), key=lambda i: -probs[i])
+                    order = sorted(range(len(cands)), key=lambda i: -probs[i] * cands[i]["weight"])
                     ranked["reranked"] = files_in_order([cands[i] for i in order])
                     ranked["reranked_probs"] = [round(probs[i], 4) for i in order]
                 changed = True

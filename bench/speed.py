@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.common import EmbedCache, WholeFileBM25, bench_settings, build_index, index_key, pct, workspace_files
+from bench.common import WholeFileBM25, bench_settings, build_index, index_key, pct, workspace_files
 from bench.repos import DEFAULT_CACHE, PYPI_NAMES, fetch_tree, load_cases
 from daemons.lib.chunking import ChunkSettings, chunk_text
 from daemons.lib.filtering import content_hash

@@ -86,3 +86,16 @@ def test_context_line_names_the_roles_weighted_down() -> None:
     assert weights_note([("src/a.py", 1.0)]) == ""
     line = context_line("retry", 3, [("src/a.py:1-9", 0.9)], [], notes=[f"weighted {note}"])
     assert line == 'searched "retry" · reranked 3 · kept src/a.py:1-9 0.90 · weighted tests ×0.25, docs ×0.5'
+
+
+def test_blocks_of_equal_probability_put_source_before_tests() -> None:
+    """Merged blocks are ordered by probability times role weight, so a test ranks below source unless it is much more probable."""
+    from daemons.lib.assembly import Hit, merge_hits
+
+    hits = [
+        Hit(path="tests/test_a.py", start_line=1, end_line=3, text="t", score=0.9, weight=0.5),
+        Hit(path="src/a.py", start_line=1, end_line=3, text="s", score=0.6),
+        Hit(path="docs/a.rst", start_line=1, end_line=3, text="d", score=0.99, weight=0.5),
+    ]
+    assert [b.path for b in merge_hits(hits, {})] == ["src/a.py", "docs/a.rst", "tests/test_a.py"]
+    assert [b.score for b in merge_hits(hits, {})] == [0.6, 0.99, 0.9]

@@ -187,8 +187,10 @@ class Front:
                 body = lines_text(split_lines(text), start, end)
             else:
                 body = cand.text
+            # a fused score already carries the role weight; a probability gets it for the order only
             hits.append(Hit(path=cand.path, start_line=start, end_line=end, text=body, score=score,
-                            retrievers=sorted(cand.ranks), language=language))
+                            retrievers=sorted(cand.ranks), language=language,
+                            weight=cand.weight if probs is not None else 1.0))
         stage("widen", t0, hits=len(hits), from_buffer=[p for p in file_texts if p in buffers])
 
         # --- team

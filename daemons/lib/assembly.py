@@ -57,8 +57,11 @@ class Hit:
     """One kept hit: 1-based inclusive lines of *path* and their text.
 
     *score* is the reranker probability (or the fused score when the reranker
-    was unavailable). *team* marks hits from the shared team index, whose name
-    is *team_name*.
+    was unavailable). *weight* is its file role's weight (``daemons.lib.roles``)
+    when *score* is a probability: blocks are ordered by ``score * weight``, so
+    a test or doc ranks below source of the same probability unless the
+    question asked for it. *team* marks hits from the shared team index, whose
+    name is *team_name*.
     """
 
     path: str
@@ -70,6 +73,7 @@ class Hit:
     team: bool = False
     team_name: str | None = None
     language: str | None = None
+    weight: float = 1.0
 
 
 @dataclass
@@ -89,6 +93,7 @@ class Block:
     team_name: str | None = None
     language: str | None = None
     kind: str = CODE
+    weight: float = 1.0  # the file role's weight, for the order only (see Hit)
 
 
 def _union(a: Iterable[str], b: Iterable[str]) -> list[str]:
@@ -120,8 +125,8 @@ def merge_hits(
     *file_texts* (else stitches the hits' own texts), keeps the higher score
     and the union of retrievers. A join that would exceed *max_block_chars*
     is not made: those hits stay apart. Local and team hits never join.
-    Blocks are returned local first, then team, each part by score
-    descending (ties: order of first hit).
+    Blocks are returned local first, then team, each part by score times
+    role weight descending (ties: order of first hit).
     """
     groups: dict[tuple[bool, str | None, str], list[tuple[int, Hit]]] = {}
     for order, hit in enumerate(hits):
@@ -163,10 +168,11 @@ def merge_hits(
                 team=team,
                 team_name=team_name,
                 language=hit.language,
+                weight=hit.weight,
             )
         if cur is not None:
             made.append((cur_order, cur))
-    made.sort(key=lambda ob: (ob[1].team, -ob[1].score, ob[0]))
+    made.sort(key=lambda ob: (ob[1].team, -ob[1].score * ob[1].weight, ob[0]))
     return [b for _, b in made]
 
 

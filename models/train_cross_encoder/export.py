@@ -185,6 +185,8 @@ def main() -> None:
     ap.add_argument("--data", default=str(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-baseline", action="store_true")
+    ap.add_argument("--variant", choices=list(QUANT_VARIANTS), default=None,
+                    help="quantisation to ship (default: the one closest to torch fp32)")
     ap.add_argument("--val-limit", type=int, default=0, help="smoke test: only the first N val queries")
     ap.add_argument("--train-info", default=str(WORK / "train_info.json"))
     args = ap.parse_args()
@@ -216,7 +218,7 @@ def main() -> None:
                                 "max_abs_logit_diff": float(np.abs(t_ref - o).max()),
                                 "bytes": path.stat().st_size, "path": path}
         print(variant, {k: v for k, v in quant_check[variant].items() if k != "path"}, flush=True)
-    variant = max(quant_check, key=lambda k: quant_check[k]["pearson"])
+    variant = args.variant or max(quant_check, key=lambda k: quant_check[k]["pearson"])
     raw8 = quant_check[variant]["path"]
     print(f"raw export+quantise {time.time() - t0:.0f}s ({how}); chosen: {variant}", flush=True)
 
@@ -287,7 +289,7 @@ def main() -> None:
     data = read_pairs(Path(args.data))
     manifest = {
         "name": "wsctx-minilm-l6-code-ce",
-        "version": "1",
+        "version": "2",
         "kind": "cross-encoder",
         "model_file": "model.int8.onnx",
         "tokenizer_file": "tokenizer.json",
