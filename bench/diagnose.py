@@ -3,7 +3,7 @@ files removed (what the gold files never are), and the share of those files in t
 Not a product setting: it shows how much of the gap to the whole-file BM25 floor is competition
 from tests and docs.
 
-    python -m bench.diagnose bench/results/quality_commits.json
+    python -m bench.diagnose bench/results/quality_commits.json [unweighted|fused|reranked]
 """
 from __future__ import annotations
 
@@ -16,20 +16,20 @@ from bench.common import bench_settings, file_metrics, index_key, is_test_file, 
 from bench.repos import DEFAULT_CACHE
 
 
-def main(path: str, cache: Path = DEFAULT_CACHE) -> dict:
+def main(path: str, cache: Path = DEFAULT_CACHE, top5_of: str = "fused") -> dict:
     d = json.loads(Path(path).read_text())
     s = bench_settings()
-    methods = ["keyword", "vector", "fused", "reranked"]
+    methods = ["keyword", "vector", "unweighted", "fused", "reranked"]
     res: dict[str, list] = {m: [] for m in methods}
     tests = other = total = 0
     for c in d["cases"]:
         name, ver = c["pypi"].rsplit("-", 1)
-        f = cache / "caseruns" / index_key(name, ver, d["embedder"], s) / (hashlib.sha1((c["set"] + c["id"]).encode()).hexdigest()[:16] + ".json")
+        f = cache / "caseruns" / index_key(name, ver, d["embedder"], s) / d.get("search_key", "") / (hashlib.sha1((c["set"] + c["id"]).encode()).hexdigest()[:16] + ".json")
         r = json.loads(f.read_text())
         for m in methods:
             if m in r:
                 res[m].append(file_metrics([p for p in r[m] if p.endswith(".py") and not is_test_file(p)], c["gold"]))
-        for p in r["fused"][:5]:
+        for p in r[top5_of][:5]:
             total += 1
             tests += is_test_file(p)
             other += (not p.endswith(".py")) and not is_test_file(p)
@@ -40,4 +40,4 @@ def main(path: str, cache: Path = DEFAULT_CACHE) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], top5_of=sys.argv[2] if len(sys.argv) > 2 else "fused")

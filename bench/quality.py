@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nreranker: {rerank_note}")
     doc = {
         "date": date.today().isoformat(), "embedder": embedder.model_id, "reranker": rerank_note,
-        "settings": search_settings,
+        "settings": search_settings, "search_key": search_key,
         "args": {k: v for k, v in vars(args).items() if k != "cache"},
         "summary": summary, "skipped": skipped, "cases": results,
     }

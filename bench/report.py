@@ -18,7 +18,7 @@ def quality_tables() -> list[str]:
         d = json.loads(f.read_text())
         for cs, s in d.get("summary", {}).items():
             out.append(f"\n**{cs}** ({f.name}): {s['cases_run']} cases run, {s['cases_skipped']} skipped "
-                       f"({', '.join(f'{k}: {v}' for k, v in s['skip_reasons'].items()) or 'none'}); reranker: {d['reranker']}\n")
+                       f"({', '.join(f'{k}: {v}' for k, v in s['skip_reasons'].items()) or 'none'}); embedder: {d['embedder']}; reranker: {d['reranker']}\n")
             out.append("| repo | n | method | " + " | ".join(METRICS) + " |")
             out.append("|---|---:|---|" + "---:|" * len(METRICS))
             groups = [*s["per_repo"].items(), ("**all**", s["all"])]
