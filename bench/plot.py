@@ -30,7 +30,8 @@ def quality() -> None:
         d = json.loads(f.read_text())
         for cs, s in d.get("summary", {}).items():
             if s.get("cases_run"):
-                sets.append((f"{cs} (n={s['cases_run']})", s["all"]))
+                model = d.get("embedder", "").split("@")[0]
+                sets.append((f"{cs} (n={s['cases_run']}), {model}", s["all"]))
     if not sets:
         return
     fig, axes = plt.subplots(1, len(sets), figsize=(4.2 * len(sets), 3.6), squeeze=False)

@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default="commits", choices=[*CASE_FILES, "all"])
     ap.add_argument("--repo", action="append", help="owner/name or PyPI name; repeatable")
     ap.add_argument("--skip-repo", action="append", default=[], help="leave this repository out (reported)")
+    ap.add_argument("--tag", action="append", help="only cases whose nearest_tag is this (e.g. v3.3.1); repeatable")
     ap.add_argument("--limit", type=int, default=0, help="at most N cases per case set (after --repo)")
     ap.add_argument("--embedder", default=None, help="embedding model artifact name (default: the product's setting)")
     ap.add_argument("--no-rerank", action="store_true")
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = load_cases(args.cases)
     if args.repo:
         cases = [c for c in cases if c["repo"] in args.repo or PYPI_NAMES.get(c["repo"]) in args.repo]
+    if args.tag:
+        cases = [c for c in cases if c.get("nearest_tag") in args.tag]
     if args.limit:
         per_set: dict[str, int] = defaultdict(int)
         kept = []
