@@ -13,19 +13,22 @@ import sys
 from pathlib import Path
 
 from bench.common import bench_settings, file_metrics, index_key, is_test_file, mean_metrics
+from bench.quality import reranked_orders
 from bench.repos import DEFAULT_CACHE
 
 
 def main(path: str, cache: Path = DEFAULT_CACHE, top5_of: str = "fused") -> dict:
     d = json.loads(Path(path).read_text())
     s = bench_settings()
-    methods = ["keyword", "vector", "unweighted", "fused", "reranked"]
+    methods = ["keyword", "vector", "unweighted", "no_file_list", "fused", "cross_encoder", "reranked"]
     res: dict[str, list] = {m: [] for m in methods}
     tests = other = total = 0
     for c in d["cases"]:
         name, ver = c["pypi"].rsplit("-", 1)
         f = cache / "caseruns" / index_key(name, ver, d["embedder"], s) / d.get("search_key", "") / (hashlib.sha1((c["set"] + c["id"]).encode()).hexdigest()[:16] + ".json")
         r = json.loads(f.read_text())
+        if "fused_probs" in r:
+            r["cross_encoder"], r["reranked"] = reranked_orders(r, s)
         for m in methods:
             if m in r:
                 res[m].append(file_metrics([p for p in r[m] if p.endswith(".py") and not is_test_file(p)], c["gold"]))

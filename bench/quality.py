@@ -8,14 +8,17 @@ the question is answered five ways:
   the floor, as the eval README measured it
 * ``keyword``    ``IndexStore.keyword_search(query_keywords(q), 50)``  (chunk hits -> files)
 * ``vector``     ``IndexStore.vector_search(embed_query(q), 50)`` folded to chunks
-* ``unweighted`` ``hybrid_search`` with tests and docs weighed like source (``test_weight`` and
-  ``doc_weight`` 1.0): fusion as SPEC §2 states it, before the role weights
-* ``fused``      ``hybrid_search`` with the product's settings (20 + 20, RRF k=60, role weights, top
-  12): so its recall@10 is over a 12-chunk list, as the product sees it; no focus files (none in
+* ``unweighted`` ``hybrid_search`` with tests and docs weighed like source and no file-ranked
+  keyword list (``file_pool=0``): fusion of the four lists as SPEC §2 states it
+* ``no_file_list`` the product's fusion without the file-ranked keyword list (role weights on)
+* ``fused``      ``hybrid_search`` with the product's settings (20 + 20 + the file-ranked keyword
+  list of the 100 best chunks, RRF k=60, role weights, top 12): so its recall@10 is over a 12-chunk list, as the product sees it; no focus files (none in
   the cases)
-* ``reranked``   the fused 12 rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
-  ordered by probability times role weight, as the front orders its blocks (no threshold cut,
-  so recall is comparable)
+* ``cross_encoder`` the fused 12 rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
+  ordered by probability times role weight alone (SPEC §2 as written)
+* ``reranked``   the product's final order: fused rank and cross-encoder rank blended by
+  ``fusion.rerank_order`` (k and weight from the settings), as the front orders its blocks
+  (no threshold cut, so recall is comparable)
 
 Metrics per case set and per repository: recall@1/5/10, acc@1/3/5, MRR at file level (a chunk
 counts for its file at its first occurrence). A case is skipped, with the reason, when its sdist
@@ -42,13 +45,13 @@ from bench.common import (
     is_test_file, mean_metrics, open_or_build, workspace_files,
 )
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
-from daemons.lib.fusion import fold_windows
+from daemons.lib.fusion import fold_windows, rerank_order
 from daemons.lib.keywords import query_keywords
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
 
-METHODS = ["bm25_file", "keyword", "vector", "unweighted", "fused", "reranked"]
-SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight")
+METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "fused", "cross_encoder", "reranked"]
+SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "file_keyword_pool")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
 
 
@@ -65,6 +68,16 @@ def table(title: str, rows: list[tuple[str, int, dict[str, dict[str, float]]]]) 
                 continue
             lines.append(f"{label:28s} {n:4d} {meth:10s} " + " ".join(f"{m[k]:9.1f}" for k in METRIC_NAMES))
     return "\n".join(lines)
+
+
+def reranked_orders(ranked: dict, settings) -> tuple[list[str], list[str]]:
+    """(cross-encoder order, product order) of the fused chunks' paths from their cached probabilities."""
+    paths, probs, weights = ranked["fused_chunks"], ranked["fused_probs"], ranked["fused_weights"]
+    weighted = [p * w for p, w in zip(probs, weights)]
+    by_prob = sorted(range(len(paths)), key=lambda i: (-weighted[i], i))
+    keys = rerank_order(paths, weighted, settings.rerank_fusion_k, settings.rerank_fusion_weight)
+    blended = sorted(range(len(paths)), key=lambda i: (-keys[i], i))
+    return files_in_order([paths[i] for i in by_prob]), files_in_order([paths[i] for i in blended])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,26 +169,32 @@ def main(argv: list[str] | None = None) -> int:
             q = c["query"]
             changed = False
             ranked["bm25_file"] = bm25.search(q, 50)  # cheap: always recomputed, never stale
-            if not {"keyword", "vector", "unweighted", "fused"} <= ranked.keys() or (reranker is not None and "reranked" not in ranked):
+            if not {"keyword", "vector", "unweighted", "no_file_list", "fused"} <= ranked.keys() or (reranker is not None and "fused_probs" not in ranked):
                 kw = query_keywords(q)
                 vec = embedder.embed_query(q)
                 ranked["keyword"] = files_in_order(store.keyword_search(kw, 50))
                 ranked["vector"] = files_in_order(fold_windows(store.vector_search(vec, 50), limit=50))
                 common = dict(vector_k=settings.vector_k, keyword_k=settings.keyword_k, focus_k=settings.focus_k,
                               top_n=settings.rerank_top, rrf_k=settings.rrf_k)
-                ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, **common).candidates)
-                res = hybrid_search(store, kw, vec, None, **common,
-                                    role_weights=role_weights(q, settings.test_weight, settings.doc_weight))
+                weights = role_weights(q, settings.test_weight, settings.doc_weight)
+                ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, **common, file_pool=0).candidates)
+                ranked["no_file_list"] = files_in_order(
+                    hybrid_search(store, kw, vec, None, **common, file_pool=0, role_weights=weights).candidates)
+                res = hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights)
                 ranked["fused"] = files_in_order(res.candidates)
                 if reranker is not None:
                     cands = res.candidates
                     probs = reranker.score(q, [f"{r['path']}\n{r['text']}" for r in cands]) if cands else []
-                    order = sorted(range(len(cands)), key=lambda i: -probs[i] * cands[i]["weight"])
-                    ranked["reranked"] = files_in_order([cands[i] for i in order])
-                    ranked["reranked_probs"] = [round(probs[i], 4) for i in order]
+                    ranked["fused_chunks"] = [r["path"] for r in cands]  # one path per chunk, in fused order
+                    ranked["fused_probs"] = [round(p, 4) for p in probs]
+                    ranked["fused_weights"] = [r["weight"] for r in cands]
+                ranked.pop("reranked", None)  # derived below; older caches stored it
+                ranked.pop("reranked_probs", None)
                 changed = True
+            if "fused_probs" in ranked:
+                ranked["cross_encoder"], ranked["reranked"] = reranked_orders(ranked, settings)
             if changed:
-                f.write_text(json.dumps(ranked))
+                f.write_text(json.dumps({k: v for k, v in ranked.items() if k not in ("cross_encoder", "reranked")}))
             gold = c["gold_resolved"]
             results.append({
                 "id": c["id"], "set": c["set"], "repo": c["repo"], "pypi": f"{name}-{version}", "gold": gold,

@@ -342,3 +342,14 @@ def standin_cross_encoder(folder: Path) -> Path:
     sums = {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in ("model.int8.onnx", "tokenizer.json")}
     (folder / "manifest.json").write_text(json.dumps({"name": "fixture-ce", "version": "0", "sha256": sums}))
     return folder
+
+
+def index_row(path: str, i: int, keywords: str, vec: Any, h: str = "h") -> dict:
+    """One window-0 table row of chunk ``i`` of ``path``: its text and keywords are ``keywords``."""
+    import numpy as np
+
+    return {
+        "id": f"{path}|{h}|{i}|0", "chunk_id": f"{path}|{h}|{i}", "path": path, "content_hash": h, "chunk_index": i,
+        "window": 0, "start_line": 10 * i + 1, "end_line": 10 * i + 9, "language": "python", "text": keywords,
+        "keywords": keywords, "vector": np.asarray(vec, dtype=np.float32) / np.linalg.norm(vec),
+    }

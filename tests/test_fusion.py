@@ -1,8 +1,11 @@
-"""Tests for daemons.lib.fusion (SPEC §1 Windows, §2 Four searches and Fusion)."""
+"""Tests for daemons.lib.fusion (SPEC §1 Windows, §2 Four searches, Fusion and the cross-encoder's order)."""
 
 import pytest
 
-from daemons.lib.fusion import FOCUS_K, KEYWORD_K, RERANK_TOP, RRF_K, VECTOR_K, Fused, fold_windows, rrf
+from daemons.lib.fusion import (
+    FILE_KEYWORD_CHUNKS, FILE_KEYWORD_POOL, FOCUS_K, KEYWORD_K, RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RERANK_TOP, RRF_K,
+    VECTOR_K, Fused, file_keyword_list, fold_windows, rerank_order, rrf,
+)
 
 
 def test_defaults_match_spec():
@@ -80,3 +83,79 @@ def test_fold_windows_unsorted_input_uses_distance():
     ]
     out = fold_windows(rows)
     assert [(r["chunk_id"], r["window"]) for r in out] == [("a", 1), ("b", 0)]
+
+
+def _hit(path: str, i: int, score: float) -> dict:
+    return {"chunk_id": f"{path}#{i}", "path": path, "_score": score}
+
+
+def test_file_keyword_defaults() -> None:
+    """The file list pools the 100 best keyword chunks and sums each file's two best scores."""
+    assert (FILE_KEYWORD_POOL, FILE_KEYWORD_CHUNKS) == (100, 2)
+
+
+def test_file_with_two_matching_chunks_outranks_one_strong_chunk() -> None:
+    """A file's score is the sum of its two best chunk scores, so two medium hits beat one strong hit."""
+    hits = [_hit("strong.py", 0, 9.0), _hit("spread.py", 3, 6.0), _hit("spread.py", 7, 5.0), _hit("weak.py", 0, 1.0)]
+    out = file_keyword_list(hits, limit=10)
+    assert [r["path"] for r in out] == ["spread.py", "strong.py", "weak.py"]
+    assert out[0]["chunk_id"] == "spread.py#3"  # each file enters at its best chunk
+    assert out[0]["file_score"] == 11.0
+
+
+def test_file_score_counts_only_the_best_chunks() -> None:
+    """Beyond ``per_file`` chunks a file gains nothing, so a file of many weak hits cannot flood the list."""
+    hits = [_hit("one.py", 0, 10.0)] + [_hit("many.py", i, 3.0) for i in range(8)]
+    assert [r["path"] for r in file_keyword_list(hits, limit=5)] == ["one.py", "many.py"]
+    assert [r["path"] for r in file_keyword_list(hits, limit=5, per_file=8)] == ["many.py", "one.py"]
+
+
+def test_file_keyword_list_cut_ties_and_copies() -> None:
+    """The list is cut to ``limit`` files, equal scores keep first-hit order, and the input rows are not changed."""
+    hits = [_hit("b.py", 0, 2.0), _hit("a.py", 0, 2.0), _hit("c.py", 0, 1.0)]
+    out = file_keyword_list(hits, limit=2)
+    assert [r["path"] for r in out] == ["b.py", "a.py"]
+    assert "file_score" not in hits[0]
+    assert file_keyword_list([], limit=5) == []
+
+
+def _order(keys: list[float]) -> list[int]:
+    return sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+
+
+def _files(n: int) -> list[str]:
+    return [f"f{i}.py" for i in range(n)]
+
+
+def test_rerank_order_defaults_and_arithmetic() -> None:
+    """The blend gives each file 1/(k+1+fused rank) + 0.5/(k+1+cross-encoder rank) with k = 10, ranks from 0."""
+    assert (RERANK_FUSION_K, RERANK_FUSION_WEIGHT) == (10, 0.5)
+    keys = rerank_order(["a.py", "b.py"], [0.2, 0.9])
+    assert keys[0] == pytest.approx(1 / 11 + 0.5 / 12)
+    assert keys[1] == pytest.approx(1 / 12 + 0.5 / 11)
+
+
+def test_cross_encoder_moves_a_candidate_only_so_far() -> None:
+    """The cross-encoder's first choice, fused sixth, climbs two places (three at weight 1), not to the top: it is one vote of two."""
+    probs = [0.8, 0.3, 0.2, 0.1, 0.05, 0.95]
+    assert _order(rerank_order(_files(6), probs)) == [0, 1, 2, 5, 3, 4]
+    assert _order(rerank_order(_files(6), probs, weight=1.0)) == [0, 1, 5, 2, 3, 4]
+
+
+def test_rerank_order_ranks_files_not_chunks() -> None:
+    """Chunks of one file share its key: the file's fused rank is its first chunk's, its cross-encoder rank its best chunk's."""
+    paths = ["a.py", "b.py", "a.py", "c.py"]
+    keys = rerank_order(paths, [0.1, 0.5, 0.9, 0.3])
+    assert keys[0] == keys[2] == pytest.approx(1 / 11 + 0.5 / 11)
+    assert keys[1] == pytest.approx(1 / 12 + 0.5 / 12)
+    assert keys[3] == pytest.approx(1 / 13 + 0.5 / 13)
+
+
+def test_rerank_order_weight_zero_is_fused_and_large_is_probability() -> None:
+    """Weight 0 keeps the fused order; a weight far above 1 orders by probability, ties in fused order; lengths must match."""
+    probs = [0.1, 0.7, 0.7, 0.9]
+    assert _order(rerank_order(_files(4), probs, weight=0)) == [0, 1, 2, 3]
+    assert _order(rerank_order(_files(4), probs, weight=1000)) == [3, 1, 2, 0]
+    assert rerank_order([], []) == []
+    with pytest.raises(ValueError):
+        rerank_order(["a.py"], [])

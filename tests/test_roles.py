@@ -8,6 +8,7 @@ from daemons.lib.assembly import context_line, weights_note
 from daemons.lib.roles import DOC, SOURCE, TEST, file_role, role_weights, weight_of
 from daemons.lib.search import hybrid_search
 from daemons.lib.store import IndexStore
+from tests.support import index_row
 
 DIM = 8
 META = {"model_id": "m@1", "dim": DIM, "chunker_version": "1", "chunk_max_chars": 1000}
@@ -45,14 +46,6 @@ def test_question_that_asks_for_tests_or_docs_lifts_their_weight() -> None:
     assert weight_of("tests/test_x.py", plain) == 0.5
 
 
-def _row(path: str, i: int, keywords: str, vec: np.ndarray) -> dict:
-    return {
-        "id": f"{path}|h|{i}|0", "chunk_id": f"{path}|h|{i}", "path": path, "content_hash": "h", "chunk_index": i,
-        "window": 0, "start_line": 1, "end_line": 9, "language": "python", "text": keywords, "keywords": keywords,
-        "vector": vec / np.linalg.norm(vec),
-    }
-
-
 @pytest.mark.timeout(120)
 def test_hybrid_search_puts_source_above_a_test_that_repeats_its_names(tmp_path) -> None:
     """A test that matches the question better than the source ranks below it after weighting, and above it when the question asks for tests."""
@@ -60,10 +53,10 @@ def test_hybrid_search_puts_source_above_a_test_that_repeats_its_names(tmp_path)
     q = rng.standard_normal(DIM).astype(np.float32)
     store = IndexStore.open_writer(tmp_path / "ix", META)
     # the test is all question words and nearest the question; the source is second on both lists
-    store.replace_file("tests/test_retry.py", [_row("tests/test_retry.py", 0, "retry backoff", q + 0.01)])
-    store.replace_file("src/retry.py", [_row("src/retry.py", 0, "retry backoff session adapter timeout", q + 0.3 * rng.standard_normal(DIM))])
+    store.replace_file("tests/test_retry.py", [index_row("tests/test_retry.py", 0, "retry backoff", q + 0.01)])
+    store.replace_file("src/retry.py", [index_row("src/retry.py", 0, "retry backoff session adapter timeout", q + 0.3 * rng.standard_normal(DIM))])
     for k in range(4):
-        store.replace_file(f"src/other{k}.py", [_row(f"src/other{k}.py", 0, f"unrelated{k} words", rng.standard_normal(DIM))])
+        store.replace_file(f"src/other{k}.py", [index_row(f"src/other{k}.py", 0, f"unrelated{k} words", rng.standard_normal(DIM))])
 
     unweighted = hybrid_search(store, "retry backoff", q)
     assert [c["path"] for c in unweighted.candidates[:2]] == ["tests/test_retry.py", "src/retry.py"]
@@ -99,3 +92,17 @@ def test_blocks_of_equal_probability_put_source_before_tests() -> None:
     ]
     assert [b.path for b in merge_hits(hits, {})] == ["src/a.py", "docs/a.rst", "tests/test_a.py"]
     assert [b.score for b in merge_hits(hits, {})] == [0.6, 0.99, 0.9]
+
+
+def test_order_key_overrides_probability_times_weight() -> None:
+    """When hits carry an order key (the front's fused/cross-encoder blend), blocks follow it, and a merged block keeps its best key."""
+    from daemons.lib.assembly import Hit, merge_hits
+
+    hits = [
+        Hit(path="src/a.py", start_line=1, end_line=3, text="a", score=0.9, order=0.10),
+        Hit(path="src/b.py", start_line=1, end_line=3, text="b", score=0.2, order=0.12),
+        Hit(path="src/a.py", start_line=4, end_line=6, text="a2", score=0.3, order=0.15),
+    ]
+    blocks = merge_hits(hits, {})
+    assert [b.path for b in blocks] == ["src/a.py", "src/b.py"]
+    assert (blocks[0].start_line, blocks[0].end_line, blocks[0].order, blocks[0].score) == (1, 6, 0.15, 0.9)

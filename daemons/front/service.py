@@ -23,6 +23,7 @@ from daemons.lib.chunking import language_for_path
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
+from daemons.lib.fusion import rerank_order
 from daemons.lib.keywords import query_keywords
 from daemons.lib.log import configure
 from daemons.lib.roles import role_weights
@@ -167,8 +168,13 @@ class Front:
 
         # --- threshold
         near: list[tuple[Candidate, float]] = []
+        order_of: dict[int, float] = {}
         if probs is not None:
             kept, near = assembly.select_by_threshold(list(zip(candidates, probs)), threshold, self.s.near_misses)
+            # keyed by position among all candidates, so a dropped one still holds its rank
+            keys = rerank_order([c.path for c in candidates], [p * c.weight for c, p in zip(candidates, probs)],
+                                self.s.rerank_fusion_k, self.s.rerank_fusion_weight)
+            order_of = {id(c): key for c, key in zip(candidates, keys)}
         else:
             kept = [(c, c.fused_score) for c in candidates]
 
@@ -190,7 +196,7 @@ class Front:
             # a fused score already carries the role weight; a probability gets it for the order only
             hits.append(Hit(path=cand.path, start_line=start, end_line=end, text=body, score=score,
                             retrievers=sorted(cand.ranks), language=language,
-                            weight=cand.weight if probs is not None else 1.0))
+                            weight=cand.weight if probs is not None else 1.0, order=order_of.get(id(cand))))
         stage("widen", t0, hits=len(hits), from_buffer=[p for p in file_texts if p in buffers])
 
         # --- team
@@ -261,7 +267,7 @@ class Front:
         store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
         if store is None:
             return [], keyword_query
-        result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k,
+        result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool,
                                role_weights=role_weights(question, self.s.test_weight, self.s.doc_weight))
         return to_candidates(result.candidates), keyword_query
 

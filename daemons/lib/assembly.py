@@ -57,11 +57,12 @@ class Hit:
     """One kept hit: 1-based inclusive lines of *path* and their text.
 
     *score* is the reranker probability (or the fused score when the reranker
-    was unavailable). *weight* is its file role's weight (``daemons.lib.roles``)
-    when *score* is a probability: blocks are ordered by ``score * weight``, so
-    a test or doc ranks below source of the same probability unless the
-    question asked for it. *team* marks hits from the shared team index, whose
-    name is *team_name*.
+    was unavailable). Blocks are ordered by *order* when it is set (the front
+    sets ``fusion.rerank_order``'s key, which already holds the role weight),
+    else by ``score * weight``, *weight* being the file role's weight
+    (``daemons.lib.roles``) when *score* is a probability, so a test or doc
+    ranks below source of the same probability unless the question asked for
+    it. *team* marks hits from the shared team index, whose name is *team_name*.
     """
 
     path: str
@@ -74,6 +75,7 @@ class Hit:
     team_name: str | None = None
     language: str | None = None
     weight: float = 1.0
+    order: float | None = None
 
 
 @dataclass
@@ -94,6 +96,12 @@ class Block:
     language: str | None = None
     kind: str = CODE
     weight: float = 1.0  # the file role's weight, for the order only (see Hit)
+    order: float | None = None  # the order key, when set (see Hit)
+
+
+def _order_key(b: Block) -> float:
+    """What blocks are sorted by, descending (see :class:`Hit`)."""
+    return b.order if b.order is not None else b.score * b.weight
 
 
 def _union(a: Iterable[str], b: Iterable[str]) -> list[str]:
@@ -125,8 +133,9 @@ def merge_hits(
     *file_texts* (else stitches the hits' own texts), keeps the higher score
     and the union of retrievers. A join that would exceed *max_block_chars*
     is not made: those hits stay apart. Local and team hits never join.
-    Blocks are returned local first, then team, each part by score times
-    role weight descending (ties: order of first hit).
+    Blocks are returned local first, then team, each part by order key
+    descending (``order``, else score times role weight; ties: order of
+    first hit).
     """
     groups: dict[tuple[bool, str | None, str], list[tuple[int, Hit]]] = {}
     for order, hit in enumerate(hits):
@@ -149,6 +158,8 @@ def merge_hits(
                     cur.end_line = new_end
                     cur.text = joined
                     cur.score = max(cur.score, hit.score)
+                    if hit.order is not None:
+                        cur.order = hit.order if cur.order is None else max(cur.order, hit.order)
                     cur.retrievers = _union(cur.retrievers, hit.retrievers)
                     cur.language = cur.language or hit.language
                     cur_order = min(cur_order, order)
@@ -169,10 +180,11 @@ def merge_hits(
                 team_name=team_name,
                 language=hit.language,
                 weight=hit.weight,
+                order=hit.order,
             )
         if cur is not None:
             made.append((cur_order, cur))
-    made.sort(key=lambda ob: (ob[1].team, -ob[1].score * ob[1].weight, ob[0]))
+    made.sort(key=lambda ob: (ob[1].team, -_order_key(ob[1]), ob[0]))
     return [b for _, b in made]
 
 

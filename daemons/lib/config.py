@@ -60,6 +60,8 @@ class Settings:
     focus_k: int = 6
     focus_files: int = 8
     rrf_k: int = 60
+    # BM25 chunk hits pooled into the file-ranked keyword list (0: no such list; search.py)
+    file_keyword_pool: int = 100
     # RRF multipliers for test and doc files when the question does not ask for them (roles.py)
     test_weight: float = 0.5
     doc_weight: float = 0.5
@@ -68,6 +70,9 @@ class Settings:
     # reranking
     rerank_threshold: float = 0.08
     near_misses: int = 3
+    # the final order blends fused rank and cross-encoder rank (fusion.rerank_order)
+    rerank_fusion_k: int = 10
+    rerank_fusion_weight: float = 0.5
     reranker_pool_size: int = field(default_factory=_default_pool_size)
     reranker_idle_s: float = 300.0
     reranker_timeout_ms: int = 8000

@@ -2,8 +2,11 @@
 
 ``hybrid_search`` runs, at once: the ``vector_k`` nearest windows, the ``keyword_k`` best BM25
 chunks, and the same two restricted to the focus files (``focus_k`` each); windows are folded to
-one hit per chunk at the rank of its nearest window; the lists are merged by reciprocal rank
-fusion, each chunk's score is multiplied by its file role's weight (``daemons.lib.roles``: tests
+one hit per chunk at the rank of its nearest window. A fifth list comes from the same keyword
+query at no extra search: its ``file_pool`` best chunks ranked by file (``file_keyword_list``: a
+file's two best chunk scores summed), each file at its best chunk, ``keyword_k`` files long, so
+that file-level keyword evidence (what whole-file BM25 sees) votes too. The lists are merged by
+reciprocal rank fusion, each chunk's score is multiplied by its file role's weight (``daemons.lib.roles``: tests
 and docs count less unless the question asks for them), and the top ``top_n`` returned. Without a query vector (embedder down, slow, or the index
 built with another model) only the keyword lists run.
 """
@@ -17,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from daemons.lib.fusion import FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR, fold_windows, rrf
+from daemons.lib.fusion import (
+    FILE_KEYWORD, FILE_KEYWORD_POOL, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR, file_keyword_list, fold_windows, rrf,
+)
 from daemons.lib.roles import weight_of
 from daemons.lib.store import IndexStore
 from protocol.schema import Candidate
@@ -49,6 +54,7 @@ def hybrid_search(
     focus_k: int = 6,
     top_n: int = 12,
     rrf_k: int = 60,
+    file_pool: int = FILE_KEYWORD_POOL,
     use_keywords: bool = True,
     role_weights: Mapping[str, float] | None = None,
 ) -> SearchResult:
@@ -56,12 +62,13 @@ def hybrid_search(
 
     Each returned row carries ``fused_score`` (RRF times its role weight), ``ranks`` (1-based,
     per list) and ``weight`` (the role weight applied, 1.0 for source or without weights).
+    ``file_pool`` 0 leaves the file list out (the four lists of SPEC §2 alone).
     """
     jobs: dict[str, Any] = {}
     if query_vector is not None and vector_k > 0:
         jobs[VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, vector_k)
     if use_keywords and keyword_k > 0:
-        jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, keyword_k)
+        jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, max(keyword_k, file_pool))
     if focus_paths and focus_k > 0:
         if query_vector is not None:
             jobs[FOCUS_VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, focus_k, focus_paths)
@@ -75,6 +82,13 @@ def hybrid_search(
         timings[name] = round(ms, 2)
         if name in (VECTOR, FOCUS_VECTOR):
             rows = fold_windows(rows, limit=vector_k if name == VECTOR else focus_k)
+        if name == KEYWORD:
+            if file_pool > 0:
+                by_file = file_keyword_list(rows[:file_pool], limit=keyword_k)
+                lists[FILE_KEYWORD] = [r["chunk_id"] for r in by_file]
+                for r in by_file:
+                    rows_by_chunk.setdefault(r["chunk_id"], r)
+            rows = rows[:keyword_k]
         lists[name] = [r["chunk_id"] for r in rows]
         for r in rows:
             rows_by_chunk.setdefault(r["chunk_id"], r)
