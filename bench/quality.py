@@ -47,6 +47,7 @@ from bench.common import (
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows, rerank_order
 from daemons.lib.keywords import query_keywords
+from daemons.lib import roles
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
 
@@ -116,9 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rerank_note = "not run (--no-rerank)"
 
-    # the cached rankings depend on the search settings and the reranker's file, so both name the folder
+    # the cached rankings depend on the search settings, the role rules and the reranker's file,
+    # so all three name the folder
     search_settings = {k: getattr(settings, k) for k in SEARCH_SETTINGS}
-    search_key = "s" + hashlib.sha1(json.dumps([search_settings, rerank_note]).encode()).hexdigest()[:10]
+    rules = hashlib.sha1(Path(roles.__file__).read_bytes()).hexdigest()[:10]
+    search_key = "s" + hashlib.sha1(json.dumps([search_settings, rerank_note, rules]).encode()).hexdigest()[:10]
     cases = load_cases(args.cases)
     if args.repo:
         cases = [c for c in cases if c["repo"] in args.repo or PYPI_NAMES.get(c["repo"]) in args.repo]

@@ -29,6 +29,13 @@ META = {"model_id": "m@1", "dim": DIM, "chunker_version": "1", "chunk_max_chars"
     ("src/_pytest/python.py", SOURCE),
     ("src/contest.py", SOURCE),
     ("lib/latest.py", SOURCE),
+    ("CHANGES", DOC),
+    ("CHANGES.old", DOC),
+    ("pkg/NEWS", DOC),
+    ("sphinx/locale/fr/LC_MESSAGES/sphinx.po", DOC),
+    ("sphinx/locale/sphinx.pot", DOC),
+    ("IPython/core/history.py", SOURCE),
+    ("pkg/changes.py", SOURCE),
 ])
 def test_file_role_reads_the_path(path: str, role: str) -> None:
     """The role of a file comes from its folders, name and suffix, in the usual conventions of several languages."""

@@ -137,7 +137,6 @@ def file_keyword_list(
     return out
 
 
-
 def rerank_order(
     paths: Sequence[str],
     weighted_probs: Sequence[float],

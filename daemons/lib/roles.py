@@ -28,7 +28,13 @@ _TEST_PATH = re.compile(
     r"|(^|/)[^/]*Tests?\.(java|kt|cs|swift|scala)$"
 )
 _DOC_DIR = re.compile(r"(^|/)(docs?|documentation)/")
-_DOC_SUFFIXES = (".md", ".markdown", ".rst", ".txt", ".adoc", ".rdoc", ".org")
+_DOC_SUFFIXES = (".md", ".markdown", ".rst", ".txt", ".adoc", ".rdoc", ".org", ".po", ".pot")
+#: Changelogs and the like without a doc suffix (``CHANGES``, ``CHANGES.old``, ``NEWS``): they
+#: repeat every feature and message name, and on the sphinx eval cases they led the fused list.
+#: Only bare or ``.old`` names: ``history.py`` stays source.
+_DOC_NAME = re.compile(
+    r"(^|/)(changes|changelog|history|news|release[-_]?notes|authors|contributors)(\.old)?$", re.IGNORECASE
+)
 
 #: Words that ask for tests or for docs; "pytest", "docstring" and "document" do not.
 _WANTS_TEST = re.compile(r"\b(tests?|tested|testing|unittests?|fixtures?)\b", re.IGNORECASE)
@@ -39,7 +45,7 @@ def file_role(path: str) -> str:
     """``test``, ``doc`` or ``source`` for a workspace-relative path (``/`` separated)."""
     if _TEST_PATH.search(path):
         return TEST
-    if path.lower().endswith(_DOC_SUFFIXES) or _DOC_DIR.search(path):
+    if path.lower().endswith(_DOC_SUFFIXES) or _DOC_DIR.search(path) or _DOC_NAME.search(path):
         return DOC
     return SOURCE
 
