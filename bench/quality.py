@@ -52,7 +52,7 @@ from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "fused", "cross_encoder", "reranked"]
-SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "file_keyword_pool")
+SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
 
 
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranked["vector"] = files_in_order(fold_windows(store.vector_search(vec, 50), limit=50))
                 common = dict(vector_k=settings.vector_k, keyword_k=settings.keyword_k, focus_k=settings.focus_k,
                               top_n=settings.rerank_top, rrf_k=settings.rrf_k)
-                weights = role_weights(q, settings.test_weight, settings.doc_weight)
+                weights = role_weights(q, settings.test_weight, settings.doc_weight, settings.config_weight)
                 ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, **common, file_pool=0).candidates)
                 ranked["no_file_list"] = files_in_order(
                     hybrid_search(store, kw, vec, None, **common, file_pool=0, role_weights=weights).candidates)

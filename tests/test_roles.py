@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from daemons.lib.assembly import context_line, weights_note
-from daemons.lib.roles import DOC, SOURCE, TEST, file_role, role_weights, weight_of
+from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role, role_weights, weight_of
 from daemons.lib.search import hybrid_search
 from daemons.lib.store import IndexStore
 from tests.support import index_row
@@ -36,6 +36,13 @@ META = {"model_id": "m@1", "dim": DIM, "chunker_version": "1", "chunk_max_chars"
     ("sphinx/locale/sphinx.pot", DOC),
     ("IPython/core/history.py", SOURCE),
     ("pkg/changes.py", SOURCE),
+    ("PKG-INFO", CONFIG),
+    ("setup.py", CONFIG),
+    ("tox.ini", CONFIG),
+    ("ci/requirements/py38.yml", CONFIG),
+    (".github/workflows/test.yml", CONFIG),
+    ("pylint/config/argument.py", SOURCE),
+    ("doc/Makefile", DOC),
 ])
 def test_file_role_reads_the_path(path: str, role: str) -> None:
     """The role of a file comes from its folders, name and suffix, in the usual conventions of several languages."""
@@ -45,12 +52,20 @@ def test_file_role_reads_the_path(path: str, role: str) -> None:
 def test_question_that_asks_for_tests_or_docs_lifts_their_weight() -> None:
     """A question naming tests or docs weighs that role fully; other questions get the configured weights."""
     plain = role_weights("where is the retry logic?", 0.5, 0.25)
-    assert plain == {SOURCE: 1.0, TEST: 0.5, DOC: 0.25}
+    assert plain == {SOURCE: 1.0, TEST: 0.5, DOC: 0.25, CONFIG: 1.0}
     assert role_weights("how is the retry logic tested?", 0.5, 0.25)[TEST] == 1.0
     assert role_weights("where is the retry logic documented?", 0.5, 0.25)[DOC] == 1.0
     assert role_weights("pytest fails to collect a docstring", 0.5, 0.25) == plain
     assert weight_of("tests/test_x.py", None) == 1.0
     assert weight_of("tests/test_x.py", plain) == 0.5
+
+
+def test_config_counts_less_unless_the_question_is_about_build_or_ci() -> None:
+    """Packaging and CI files get the config weight, except for questions naming them or CI; "config" and "install" alone do not lift it."""
+    assert role_weights("config loading fails after pip install", 0.5, 0.5, 0.5)[CONFIG] == 0.5
+    assert role_weights("tox.ini envlist ignores py38", 0.5, 0.5, 0.5)[CONFIG] == 1.0
+    assert role_weights("the CI workflow skips Windows", 0.5, 0.5, 0.5)[CONFIG] == 1.0
+    assert role_weights("which dependencies pin numpy?", 0.5, 0.5, 0.5)[CONFIG] == 1.0
 
 
 @pytest.mark.timeout(120)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from daemons.lib.roles import DOC, SOURCE, TEST, file_role
+from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role
 from daemons.lib.widening import IMPORTS_MAX_CHARS, imports_block, lines_text, split_lines
 
 #: A merged block never grows beyond this many characters.
@@ -374,7 +374,7 @@ def weights_note(candidates: Iterable[tuple[str, float]]) -> str:
     for path, weight in candidates:
         if weight < 1.0:
             seen.setdefault(file_role(path), weight)
-    return ", ".join(f"{role}s ×{seen[role]:g}" for role in (TEST, DOC, SOURCE) if role in seen)
+    return ", ".join(f"{role}s ×{seen[role]:g}" for role in (TEST, DOC, CONFIG, SOURCE) if role in seen)
 
 
 def select_by_threshold(

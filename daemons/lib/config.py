@@ -62,9 +62,10 @@ class Settings:
     rrf_k: int = 60
     # BM25 chunk hits pooled into the file-ranked keyword list (0: no such list; search.py)
     file_keyword_pool: int = 100
-    # RRF multipliers for test and doc files when the question does not ask for them (roles.py)
+    # RRF multipliers for test, doc and config files when the question does not ask for them (roles.py)
     test_weight: float = 0.5
     doc_weight: float = 0.5
+    config_weight: float = 0.5
     rerank_top: int = 12
     embed_timeout_ms: int = 1500
     # reranking

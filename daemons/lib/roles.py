@@ -1,11 +1,13 @@
-"""What a file is for (source, test, doc), and how much each kind counts for one question.
+"""What a file is for (source, test, doc, config), and how much each kind counts for one question.
 
 An editor's question is nearly always about the code itself. Tests and docs repeat the code's
 names, so on lexical and semantic evidence alone they crowd the source out of the 12 candidates
-(on the outside eval cases they were more than half of the fused top-5 files). Fusion therefore
-multiplies a test or doc chunk's RRF score by a weight below one, unless the question asks for
-that kind ("how is the retry tested?", "where is the config documented?"), in which case it
-counts fully. Weights are settings (``test_weight``, ``doc_weight``); 1.0 turns the rule off.
+(on the outside eval cases they were more than half of the fused top-5 files). Build, packaging
+and CI files do the same with every version number and dependency an issue pastes. Fusion
+therefore multiplies a test, doc or config chunk's RRF score by a weight below one, unless the
+question asks for that kind ("how is the retry tested?", "where is the config documented?",
+"why does tox skip py38?"), in which case it counts fully. Weights are settings
+(``test_weight``, ``doc_weight``, ``config_weight``); 1.0 turns the rule off.
 
 The roles come from the path alone, so they need no index column and no rebuild.
 """
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 SOURCE = "source"
 TEST = "test"
 DOC = "doc"
+CONFIG = "config"
 
 #: Test folders and the usual test-file names across languages.
 _TEST_PATH = re.compile(
@@ -36,26 +39,45 @@ _DOC_NAME = re.compile(
     r"(^|/)(changes|changelog|history|news|release[-_]?notes|authors|contributors)(\.old)?$", re.IGNORECASE
 )
 
-#: Words that ask for tests or for docs; "pytest", "docstring" and "document" do not.
+#: Build, packaging and CI: their folders, the usual file names, and data-format suffixes.
+_CONFIG_DIR = re.compile(r"(^|/)(\.github|\.circleci|\.gitlab|\.binder|\.devcontainer|ci)/")
+_CONFIG_NAME = re.compile(
+    r"(^|/)(PKG-INFO|setup\.py|setup\.cfg|tox\.ini|noxfile\.py|pyproject\.toml|MANIFEST\.in|Makefile|"
+    r"Dockerfile|\.pre-commit-config\.yaml|\.travis\.yml|\.coveragerc|\.readthedocs\.ya?ml|"
+    r"\.?codecov\.ya?ml|environment\.ya?ml|requirements[^/]*\.(txt|in))$",
+    re.IGNORECASE,
+)
+_CONFIG_SUFFIXES = (".yml", ".yaml", ".toml", ".ini", ".cfg", ".lock")
+
+#: Words that ask for tests, docs or config; "pytest", "docstring", "document", "config" and
+#: "install" do not (code questions use them all the time: ``pylint/config/``, "pip install x").
 _WANTS_TEST = re.compile(r"\b(tests?|tested|testing|unittests?|fixtures?)\b", re.IGNORECASE)
 _WANTS_DOC = re.compile(r"\b(docs?|documentation|documented|readme|changelog|tutorial)\b", re.IGNORECASE)
+_WANTS_CONFIG = re.compile(
+    r"\b(setup\.py|setup\.cfg|tox(\.ini)?|nox(file)?|pyproject(\.toml)?|manifest\.in|makefile|dockerfile|"
+    r"ya?ml|toml|ci|workflows?|github actions|packaging|dependency|dependencies|requirements(\.txt)?|pre-commit)\b",
+    re.IGNORECASE,
+)
 
 
 def file_role(path: str) -> str:
-    """``test``, ``doc`` or ``source`` for a workspace-relative path (``/`` separated)."""
+    """``test``, ``doc``, ``config`` or ``source`` for a workspace-relative path (``/`` separated)."""
     if _TEST_PATH.search(path):
         return TEST
     if path.lower().endswith(_DOC_SUFFIXES) or _DOC_DIR.search(path) or _DOC_NAME.search(path):
         return DOC
+    if path.lower().endswith(_CONFIG_SUFFIXES) or _CONFIG_DIR.search(path) or _CONFIG_NAME.search(path):
+        return CONFIG
     return SOURCE
 
 
-def role_weights(question: str, test_weight: float, doc_weight: float) -> dict[str, float]:
+def role_weights(question: str, test_weight: float, doc_weight: float, config_weight: float = 1.0) -> dict[str, float]:
     """The RRF multiplier of each role for *question*; a role the question asks for gets 1.0."""
     return {
         SOURCE: 1.0,
         TEST: 1.0 if _WANTS_TEST.search(question) else float(test_weight),
         DOC: 1.0 if _WANTS_DOC.search(question) else float(doc_weight),
+        CONFIG: 1.0 if _WANTS_CONFIG.search(question) else float(config_weight),
     }
 
 

@@ -123,7 +123,7 @@ class Searcher:
         return hybrid_search(
             store, keyword_query, vector, req.focus_paths,
             vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool,
-            role_weights=role_weights(req.question, self.s.test_weight, self.s.doc_weight),
+            role_weights=role_weights(req.question, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
         )
 
     def run(self) -> None:
