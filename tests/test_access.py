@@ -79,14 +79,14 @@ def test_ipc_sockets_private_and_no_tcp_by_default(daemons, env, workspace) -> N
     assert rt.stat().st_uid == os.getuid()
     wanted = ["front.sock", "searcher.sock", "embedder.query.sock", "embedder.in.sock", "chunker.in.sock", "reranker.sock",
               "reranker.workers.sock", *[f"{n}.ctl.sock" for n in ALL]]
+    def sockets() -> list[Path]:
+        return [p for p in rt.iterdir() if stat.S_ISSOCK(p.stat().st_mode)]
+
     # a daemon answers on its control socket before it has bound the rest (the embedder loads its model first)
-    deadline = time.monotonic() + 60
-    while True:
-        socks = [p for p in rt.iterdir() if stat.S_ISSOCK(p.stat().st_mode)]
-        names = {p.name for p in socks}
-        if set(wanted) <= names or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    wait_until(lambda: set(wanted) <= {p.name for p in sockets()}, timeout=60,
+               message=lambda: f"sockets so far: {sorted(p.name for p in sockets())}")
+    socks = sockets()
+    names = {p.name for p in socks}
     for want in wanted:
         assert want in names, f"{want} missing from {sorted(names)}"
     loose = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in socks if stat.S_IMODE(p.stat().st_mode) != 0o600}

@@ -110,7 +110,6 @@ def file_keyword_list(
     rows: Iterable[Mapping[str, Any]],
     limit: int,
     per_file: int = FILE_KEYWORD_CHUNKS,
-    key: str = "chunk_id",
     score: str = "_score",
 ) -> list[dict[str, Any]]:
     """Rank files by their keyword evidence: one row per file, its best chunk's, best file first.
