@@ -1,8 +1,10 @@
-"""What the file-ranked keyword list costs: keyword search at ``keyword_k`` against the wider
-``file_keyword_pool``, and the whole ``hybrid_search`` with and without the file list, on an index
-the other benches built (a repository's, or the replicated million-row table of ``bench.speed
---part scale``). Median and p95 of ``--queries`` questions of the eval cases asked ``--rounds`` times, the paths
-interleaved, one run.
+"""What the file-ranked keyword lists cost: keyword search at ``keyword_k`` against the wider
+``file_keyword_pool``, the whole-file BM25 search, and the whole ``hybrid_search`` with no file
+list, each one alone and both (the default), on an index the other benches built (a
+repository's, or the replicated million-row table of ``bench.speed --part scale``). A table made
+before the whole-file column gets it first (``IndexStore.add_file_keywords``, timed). Median and
+p95 of ``--queries`` questions of the eval cases asked ``--rounds`` times, the paths interleaved,
+one run.
 
     python -m bench.file_list --index ~/.cache/wsctx-bench/scale/requests-2.34.2-1000000 --name requests
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 from bench.common import bench_settings
 from bench.speed import OUT, machine, queries_for, stats_ms
 from daemons.lib.keywords import query_keywords
-from daemons.lib.search import hybrid_search
+from daemons.lib.search import FILE_LISTS, hybrid_search
 from daemons.lib.store import IndexStore
 
 
@@ -35,6 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     store = IndexStore.open_reader(Path(args.index).expanduser())
     if store is None:
         raise SystemExit(f"no table under {args.index}")
+    migration_s = None
+    if not store.has_file_keywords:
+        t0 = time.perf_counter()
+        store = IndexStore.open_writer(store.folder, store.meta)
+        store.optimize()
+        migration_s = round(time.perf_counter() - t0, 1)
+        print(f"added the whole-file column in {migration_s} s")
     embedder = load_embedder(settings.embedder_model)
     qs = queries_for(args.name, args.queries)
     if not qs:
@@ -44,8 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     runs = {
         f"keyword k={settings.keyword_k}": lambda i: store.keyword_search(kws[i], settings.keyword_k),
         f"keyword k={settings.file_keyword_pool}": lambda i: store.keyword_search(kws[i], settings.file_keyword_pool),
+        f"whole-file k={2 * settings.keyword_k}": lambda i: store.file_keyword_search(kws[i], 2 * settings.keyword_k),
         "hybrid, four lists": lambda i: hybrid_search(store, kws[i], vecs[i], file_pool=0),
-        "hybrid, with file list": lambda i: hybrid_search(store, kws[i], vecs[i], file_pool=settings.file_keyword_pool),
+        **{
+            f"hybrid, file_list={mode}": (lambda i, mode=mode: hybrid_search(store, kws[i], vecs[i], file_pool=settings.file_keyword_pool, file_list=mode))
+            for mode in FILE_LISTS
+        },
     }
     for fn in runs.values():  # warm every path once
         fn(0)
@@ -61,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':28s} {'median ms':>10s} {'p95 ms':>8s}")
     for label, m in res.items():
         print(f"{label:28s} {m['median']:10.1f} {m['p95']:8.1f}")
-    doc = {"date": date.today().isoformat(), "machine": machine(), "index": str(args.index), "rows": rows, "questions": len(qs), "rounds": args.rounds, "latency_ms": res}
+    doc = {"date": date.today().isoformat(), "machine": machine(), "index": str(args.index), "rows": rows, "whole_file_column_added_s": migration_s, "questions": len(qs), "rounds": args.rounds, "latency_ms": res}
     Path(args.out).write_text(json.dumps(doc, indent=1))
     print(f"wrote {args.out}")
     return 0

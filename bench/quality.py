@@ -10,10 +10,12 @@ the question is answered five ways:
 * ``vector``     ``IndexStore.vector_search(embed_query(q), 50)`` folded to chunks
 * ``unweighted`` ``hybrid_search`` with tests and docs weighed like source and no file-ranked
   keyword list (``file_pool=0``): fusion of the four lists as SPEC §2 states it
-* ``no_file_list`` the product's fusion without the file-ranked keyword list (role weights on)
+* ``no_file_list`` the product's fusion without the file-ranked keyword lists (role weights on)
 * ``fused``      ``hybrid_search`` with the product's settings (20 + 20 + the file-ranked keyword
-  list of the 100 best chunks, RRF k=60, role weights, top 12): so its recall@10 is over a 12-chunk list, as the product sees it; no focus files (none in
-  the cases)
+  lists: the 100 best chunks ranked by file and the whole-file BM25 list, as ``file_list``
+  says; RRF k=60, role weights, top 12): so its recall@10 is over a 12-chunk list, as the
+  product sees it; no focus files (none in the cases). ``--set file_list=chunks`` measures
+  either file list alone
 * ``cross_encoder`` the fused 12 rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
   ordered by probability times role weight alone (SPEC §2 as written)
 * ``reranked``   the product's final order: fused rank and cross-encoder rank blended by
@@ -47,12 +49,12 @@ from bench.common import (
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows, rerank_order
 from daemons.lib.keywords import query_keywords
-from daemons.lib import roles
+from daemons.lib import fusion, roles, search
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "fused", "cross_encoder", "reranked"]
-SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool")
+SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool", "file_list")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
 
 
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", action="append", help="only cases whose nearest_tag is this (e.g. v3.3.1); repeatable")
     ap.add_argument("--limit", type=int, default=0, help="at most N cases per case set (after --repo)")
     ap.add_argument("--embedder", default=None, help="embedding model artifact name (default: the product's setting)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a search setting (e.g. file_list=chunks); repeatable")
     ap.add_argument("--no-rerank", action="store_true")
     ap.add_argument("--reranker-dir", default=None)
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
@@ -101,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = bench_settings()
     if args.embedder:
         settings.embedder_model = args.embedder
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in SEARCH_SETTINGS:
+            ap.error(f"--set {name}: not one of {', '.join(SEARCH_SETTINGS)}")
+        setattr(settings, name, type(getattr(settings, name))(value))
     embedder = load_embedder(settings.embedder_model)
     emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
     reranker, rerank_note = None, ""
@@ -117,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rerank_note = "not run (--no-rerank)"
 
-    # the cached rankings depend on the search settings, the role rules and the reranker's file,
-    # so all three name the folder
+    # the cached rankings depend on the search settings, the role, search and fusion code and the
+    # reranker's file, so all of them name the folder
     search_settings = {k: getattr(settings, k) for k in SEARCH_SETTINGS}
-    rules = hashlib.sha1(Path(roles.__file__).read_bytes()).hexdigest()[:10]
+    rules = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion))).hexdigest()[:10]
     search_key = "s" + hashlib.sha1(json.dumps([search_settings, rerank_note, rules]).encode()).hexdigest()[:10]
     cases = load_cases(args.cases)
     if args.repo:
@@ -178,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranked["keyword"] = files_in_order(store.keyword_search(kw, 50))
                 ranked["vector"] = files_in_order(fold_windows(store.vector_search(vec, 50), limit=50))
                 common = dict(vector_k=settings.vector_k, keyword_k=settings.keyword_k, focus_k=settings.focus_k,
-                              top_n=settings.rerank_top, rrf_k=settings.rrf_k)
+                              top_n=settings.rerank_top, rrf_k=settings.rrf_k, file_list=settings.file_list)
                 weights = role_weights(q, settings.test_weight, settings.doc_weight, settings.config_weight)
                 ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, **common, file_pool=0).candidates)
                 ranked["no_file_list"] = files_in_order(

@@ -45,7 +45,7 @@ from daemons.lib.filtering import content_hash
 from daemons.lib.indexing import plan_rows
 from daemons.lib.keywords import query_keywords
 from daemons.lib.search import hybrid_search
-from daemons.lib.store import FTS_CONFIG, IndexStore
+from daemons.lib.store import FILE_FTS_CONFIG, FILE_KEYWORDS, FTS_CONFIG, IndexStore
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -211,6 +211,7 @@ def part_scale(source: str, cache: Path, embedder, target: int, batch: int = 50_
     dim = vcol.type.list_size
     base_vec = np.asarray(vcol.values, dtype=np.float32).reshape(-1, dim)
     import lancedb
+    from lancedb.index import FTS, BTree
 
     db = lancedb.connect(str(folder))
     table = None
@@ -230,7 +231,7 @@ def part_scale(source: str, cache: Path, embedder, target: int, batch: int = 50_
                 col = base.column(f.name)
                 if f.name in ("id", "chunk_id", "path"):
                     col = pc.binary_join_element_wise(pa.scalar(prefix), col, "")
-                elif f.name == "keywords":
+                elif f.name in ("keywords", FILE_KEYWORDS):
                     # the copy's path words, as keyword_text would append them
                     col = pc.if_else(pc.equal(col, ""), col, pc.binary_join_element_wise(col, pa.scalar(f"copy{c:04d} copy {c}"), " "))
                 elif f.name == "vector":
@@ -246,9 +247,11 @@ def part_scale(source: str, cache: Path, embedder, target: int, batch: int = 50_
     rows = table.count_rows()
     t_add = time.perf_counter() - t0
     timings = {"add_s": round(t_add, 1)}
-    t0 = time.perf_counter(); table.create_index("keywords", config=__import__("lancedb.index", fromlist=["FTS"]).FTS(**FTS_CONFIG), replace=True)
+    t0 = time.perf_counter(); table.create_index("keywords", config=FTS(**FTS_CONFIG), replace=True)
     timings["fts_index_s"] = round(time.perf_counter() - t0, 1); log(f"  fts {timings['fts_index_s']} s")
-    from lancedb.index import BTree
+    if FILE_KEYWORDS in base.schema.names:
+        t0 = time.perf_counter(); table.create_index(FILE_KEYWORDS, config=FTS(**FILE_FTS_CONFIG), replace=True)
+        timings["file_fts_index_s"] = round(time.perf_counter() - t0, 1); log(f"  file fts {timings['file_fts_index_s']} s")
     t0 = time.perf_counter(); table.create_index("path", config=BTree(), replace=True)
     timings["btree_index_s"] = round(time.perf_counter() - t0, 1); log(f"  btree {timings['btree_index_s']} s")
     store = IndexStore(folder, table, db)

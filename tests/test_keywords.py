@@ -10,6 +10,7 @@ from daemons.lib.keywords import (
     PRONOUNS,
     STOP_WORDS,
     content_words,
+    file_keyword_text,
     identifiers,
     keyword_text,
     query_keywords,
@@ -62,6 +63,13 @@ def test_keyword_text_caps_repeats() -> None:
     assert out.count("retrycount") == MAX_TOKEN_REPEATS
     assert out.count("retry") == MAX_TOKEN_REPEATS
     assert out.count("py") == 1
+
+
+def test_file_keyword_text_is_the_whole_file_without_a_repeat_cap() -> None:
+    """The whole-file text joins the chunks in order and keeps every repeat, path words once at the end."""
+    out = file_keyword_text(["retryCount = 1\n" * 10, "retryCount += 1\n" * 10], "net/retry.py").split()
+    assert out.count("retrycount") == 20 and out.count("count") == 20
+    assert out[-3:] == ["net", "retry", "py"]
 
 
 def test_stop_words_keep_code_words() -> None:

@@ -1,12 +1,13 @@
-"""hybrid_search over a real LanceDB table: the lists it fuses, and the file-ranked keyword list."""
+"""hybrid_search over a real LanceDB table: the lists it fuses, and the two file-ranked keyword lists."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from daemons.lib.fusion import FILE_KEYWORD, KEYWORD, VECTOR
-from daemons.lib.search import hybrid_search
-from daemons.lib.store import IndexStore
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, VECTOR
+from daemons.lib.roles import role_weights
+from daemons.lib.search import hybrid_search, representatives
+from daemons.lib.store import FILE_KEYWORDS, IndexStore
 from tests.support import index_row
 
 DIM = 8
@@ -33,7 +34,7 @@ def store(tmp_path) -> IndexStore:
 @pytest.mark.timeout(120)
 def test_file_keyword_list_votes_for_the_file_matching_more_of_the_question(store: IndexStore) -> None:
     """The fifth list ranks files by their two best keyword chunks, so a file matching two question words rises by file."""
-    res = hybrid_search(store, "redirect cookie", None)
+    res = hybrid_search(store, "redirect cookie", None, file_list="chunks")
     assert set(res.lists) == {KEYWORD, FILE_KEYWORD}
     files = [store_row_path(cid) for cid in res.lists[FILE_KEYWORD]]
     assert files[0] == "src/session.py"
@@ -51,7 +52,7 @@ def test_file_pool_zero_fuses_the_four_searches_alone(store: IndexStore) -> None
     q = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
     res = hybrid_search(store, "redirect cookie", q, file_pool=0)
     assert set(res.lists) == {VECTOR, KEYWORD}
-    assert all(FILE_KEYWORD not in c["ranks"] for c in res.candidates)
+    assert all(FILE_KEYWORD not in c["ranks"] and FILE_BM25 not in c["ranks"] for c in res.candidates)
     assert len(res.lists[KEYWORD]) <= 20
 
 
@@ -60,10 +61,64 @@ def test_keyword_list_keeps_keyword_k_rows_while_the_pool_is_wider(store: IndexS
     """The keyword list is cut to ``keyword_k`` even though the search fetched the wider file pool."""
     res = hybrid_search(store, "session redirect cookie unrelated0 unrelated1", None, keyword_k=2, file_pool=50)
     assert len(res.lists[KEYWORD]) == 2
-    assert len(res.lists[FILE_KEYWORD]) == 2
+    assert len(res.lists[FILE_KEYWORD]) == 2 and len(res.lists[FILE_BM25]) == 2
     ids = {c["chunk_id"] for c in res.candidates}
-    assert set(res.lists[FILE_KEYWORD]) <= ids
+    assert set(res.lists[FILE_KEYWORD]) | set(res.lists[FILE_BM25]) <= ids
+
+
+@pytest.mark.timeout(120)
+def test_whole_file_list_ranks_files_by_all_their_text_each_at_its_best_chunk(store: IndexStore) -> None:
+    """The whole-file BM25 list puts the file holding both question words first, entered at its best keyword chunk."""
+    res = hybrid_search(store, "redirect cookie", None, file_list="files")
+    assert set(res.lists) == {KEYWORD, FILE_BM25}
+    files = [store_row_path(cid) for cid in res.lists[FILE_BM25]]
+    assert files[0] == "src/session.py" and len(files) == len(set(files))
+    assert res.lists[FILE_BM25][0] in res.lists[KEYWORD]  # a chunk that matched, not the file's first row by default
+
+
+@pytest.mark.timeout(120)
+def test_whole_file_list_weighs_tests_below_source_unless_asked(tmp_path) -> None:
+    """A test file repeating the question's words more than the source ranks below it in the whole-file list, unless the question asks for tests."""
+    rng = np.random.default_rng(7)
+    s = IndexStore.open_writer(tmp_path / "ix", META)
+    s.replace_file("tests/test_retry.py", [index_row("tests/test_retry.py", 0, "retry backoff retry backoff retry", rng.standard_normal(DIM))])
+    s.replace_file("src/retry.py", [index_row("src/retry.py", 0, "retry backoff", rng.standard_normal(DIM))])
+    weighted = hybrid_search(s, "retry backoff", None, file_list="files", role_weights=role_weights("where is retry backoff?", 0.5, 0.5))
+    assert [store_row_path(c) for c in weighted.lists[FILE_BM25]] == ["src/retry.py", "tests/test_retry.py"]
+    asked = hybrid_search(s, "retry backoff", None, file_list="files", role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5))
+    assert [store_row_path(c) for c in asked.lists[FILE_BM25]][0] == "tests/test_retry.py"
+
+
+@pytest.mark.timeout(120)
+def test_a_table_without_the_whole_file_column_still_answers_with_the_pooled_list(store: IndexStore) -> None:
+    """Until the writer adds the whole-file column, a reader fuses the pooled file list alone."""
+    store.table.drop_columns([FILE_KEYWORDS])
+    reader = IndexStore.open_reader(store.folder)
+    res = hybrid_search(reader, "redirect cookie", None)
+    assert set(res.lists) == {KEYWORD, FILE_KEYWORD}
+
+
+def test_representatives_prefer_keyword_then_vector_chunks_then_the_first_row() -> None:
+    """A file enters at its best keyword chunk, else its nearest vector chunk, else the row its document lives on."""
+    files = [{"path": p, "chunk_id": f"{p}|h|0", "_score": 3.0 - i} for i, p in enumerate(["a.py", "b.py", "c.py"])]
+    keyword = [{"path": "a.py", "chunk_id": "a.py|h|4"}, {"path": "a.py", "chunk_id": "a.py|h|2"}]
+    vector = [{"path": "b.py", "chunk_id": "b.py|h|7"}, {"path": "a.py", "chunk_id": "a.py|h|9"}]
+    out = representatives(files, keyword, vector)
+    assert [r["chunk_id"] for r in out] == ["a.py|h|4", "b.py|h|7", "c.py|h|0"]
+    assert [r["file_score"] for r in out] == [3.0, 2.0, 1.0]
+    assert "file_score" not in keyword[0]  # copies
 
 
 def store_row_path(chunk_id: str) -> str:
     return chunk_id.split("|", 1)[0]
+
+
+def test_an_unknown_file_list_is_refused_by_settings_and_search(store: IndexStore) -> None:
+    """``file_list`` must be both, chunks or files: the settings loader and hybrid_search both say so."""
+    from daemons.lib.config import load_settings
+
+    with pytest.raises(ValueError, match="file_list"):
+        load_settings(config_file="/nonexistent.toml", env={"WSCTX_FILE_LIST": "whole"})
+    with pytest.raises(ValueError, match="file_list"):
+        hybrid_search(store, "redirect", None, file_list="whole")
+    assert load_settings(config_file="/nonexistent.toml", env={"WSCTX_FILE_LIST": "chunks"}).file_list == "chunks"

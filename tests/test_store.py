@@ -1,10 +1,13 @@
 """The LanceDB table wrapper: identity, one-commit replacement, searches and the ANN index."""
 from __future__ import annotations
 
+import lancedb
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from daemons.lib.store import IndexStore, RebuildNeeded
+from daemons.lib.keywords import file_keyword_text
+from daemons.lib.store import FILE_KEYWORDS, TABLE, IndexStore, RebuildNeeded, schema_for
 
 DIM = 16
 META = {"model_id": "m@1", "dim": DIM, "chunker_version": "1", "chunk_max_chars": 1000}
@@ -61,3 +64,52 @@ def test_vector_index_built_past_threshold_and_searches_still_find_rows(tmp_path
     assert hits[0]["chunk_id"] == "f3.py|h|0"
     focus = store.vector_search(vec, 3, paths=["f5.py"])
     assert focus and all(h["path"] == "f5.py" for h in focus)
+
+
+@pytest.mark.timeout(120)
+def test_each_file_gets_one_whole_file_document_on_its_first_row(tmp_path) -> None:
+    """The first row of a file carries its whole-file keywords and every other row carries none."""
+    rng = np.random.default_rng(2)
+    store = IndexStore.open_writer(tmp_path / "ix", META)
+    file_rows = rows("pkg/a.py", "h", 3, rng)
+    second_window = dict(file_rows[0], id="pkg/a.py|h|0|1", window=1)
+    store.replace_file("pkg/a.py", [file_rows[2], second_window, file_rows[1], file_rows[0]])
+    got = {r["id"]: r[FILE_KEYWORDS] for r in store.table.to_arrow().to_pylist()}
+    assert got.pop("pkg/a.py|h|0|0") == file_keyword_text(["def f0(): pass", "def f1(): pass", "def f2(): pass"], "pkg/a.py")
+    assert set(got.values()) == {""}
+    assert [r["path"] for r in store.file_keyword_search("f1 f2", 5)] == ["pkg/a.py"]
+
+
+@pytest.mark.timeout(120)
+def test_a_table_without_the_whole_file_column_gains_it_on_open_without_reembedding(tmp_path) -> None:
+    """A table made before ``file_keywords`` existed is searchable by file after the writer opens it, vectors untouched."""
+    rng = np.random.default_rng(3)
+    folder = tmp_path / "ix"
+    old_schema = pa.schema([f for f in schema_for(DIM, META) if f.name != FILE_KEYWORDS], metadata=schema_for(DIM, META).metadata)
+    db = lancedb.connect(str(folder))
+    old = [*rows("a.py", "h", 2, rng), *rows("b.py", "h", 2, rng)]
+    old[0]["text"], old[3]["text"] = "def retry_request(): pass", "def backoff_delay(): pass"
+    db.create_table(TABLE, data=pa.Table.from_pylist(old, schema=old_schema))
+    reader = IndexStore.open_reader(folder)
+    assert reader.file_keyword_search("retry", 5) is None  # no column yet: callers fall back
+    store = IndexStore.open_writer(folder, META)
+    assert store.has_file_keywords
+    assert [r["path"] for r in store.file_keyword_search("backoff", 5)] == ["b.py"]
+    assert [r["path"] for r in reader.file_keyword_search("retry", 5)] == ["a.py"]  # a reader sees it too
+    before = {r["id"]: r["vector"] for r in old}
+    after = store.table.search().select(["id", "vector"]).limit(None).to_list()
+    assert all(np.allclose(r["vector"], before[r["id"]]) for r in after) and len(after) == len(old)
+    assert store.add_file_keywords() == 0  # nothing left to fill
+
+
+@pytest.mark.timeout(120)
+def test_files_left_without_a_whole_file_document_are_filled_at_the_next_open(tmp_path) -> None:
+    """A file whose whole-file document is empty (a fill cut short) gets it when the writer next opens the table."""
+    rng = np.random.default_rng(4)
+    store = IndexStore.open_writer(tmp_path / "ix", META)
+    store.replace_file("a.py", rows("a.py", "h", 2, rng))
+    store.replace_file("b.py", rows("b.py", "h", 2, rng))
+    store.table.update(where="path = 'b.py'", values={FILE_KEYWORDS: ""})
+    assert [r["path"] for r in store.file_keyword_search("f1", 5)] == ["a.py"]
+    reopened = IndexStore.open_writer(tmp_path / "ix", META)
+    assert sorted(r["path"] for r in reopened.file_keyword_search("f1", 5)) == ["a.py", "b.py"]

@@ -71,7 +71,11 @@ class Embedder:
             if idx is None:
                 folder = index_dir(self.s.data_dir, wid)
                 try:
+                    t0 = time.perf_counter()
                     idx = WorkspaceIndex(wid, root, IndexStore.open_writer(folder, self._meta(root)))
+                    if idx.store.file_keywords_filled:
+                        self.log.info("file_keywords_added", workspace=wid, files=idx.store.file_keywords_filled,
+                                      ms=round((time.perf_counter() - t0) * 1000, 1))
                 except RebuildNeeded as exc:
                     self.log.error("rebuild_needed", workspace=wid, problem=str(exc))
                     idx = WorkspaceIndex(wid, root, None, str(exc))

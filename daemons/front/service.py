@@ -267,7 +267,7 @@ class Front:
         store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
         if store is None:
             return [], keyword_query
-        result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool,
+        result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
                                role_weights=role_weights(question, self.s.test_weight, self.s.doc_weight, self.s.config_weight))
         return to_candidates(result.candidates), keyword_query
 

@@ -31,6 +31,7 @@ KEYWORD = "keyword"
 FOCUS_VECTOR = "focus_vector"
 FOCUS_KEYWORD = "focus_keyword"
 FILE_KEYWORD = "file_keyword"
+FILE_BM25 = "file_bm25"
 
 
 class Fused(NamedTuple):

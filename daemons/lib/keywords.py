@@ -14,6 +14,8 @@ Contract
   appended once each, the same way: ``src/auth/tokenStore.ts`` -> ``src auth tokenstore token
   store ts``.  Language keywords are identifiers too and are kept (the SPEC says every
   identifier); they are never in a query unless quoted as code, so they only add length.
+* ``file_keyword_text(chunk_texts, path)`` is the same for a whole file (its chunks' texts in
+  order) with no repeat cap: one document per file for the whole-file BM25 list.
 * ``query_keywords(question)`` treats the question like code: identifiers (dotted names such as
   ``os.path.join`` fall apart on the dots) lowercased whole, plus their parts; stop words dropped
   (whole words and parts) unless the word is code-like (contains ``_`` or a digit, has several
@@ -32,6 +34,7 @@ __all__ = [
     "PRONOUNS",
     "STOP_WORDS",
     "content_words",
+    "file_keyword_text",
     "identifiers",
     "keyword_text",
     "query_keywords",
@@ -131,13 +134,15 @@ def _expand(ident: str) -> list[str]:
     return [whole]
 
 
-def keyword_text(code: str, path: str) -> str:
-    """The BM25 keyword column for one chunk: see the module docstring for the contract."""
+def keyword_text(code: str, path: str, max_repeats: int | None = MAX_TOKEN_REPEATS) -> str:
+    """The BM25 keyword column for one chunk: see the module docstring for the contract.
+
+    ``max_repeats`` None keeps every repeat (the whole-file column, ``file_keyword_text``)."""
     counts: Counter[str] = Counter()
     out: list[str] = []
     for ident in identifiers(code):
         for tok in _expand(ident):
-            if counts[tok] < MAX_TOKEN_REPEATS:
+            if max_repeats is None or counts[tok] < max_repeats:
                 counts[tok] += 1
                 out.append(tok)
     seen: set[str] = set()
@@ -147,6 +152,13 @@ def keyword_text(code: str, path: str) -> str:
                 seen.add(tok)
                 out.append(tok)
     return " ".join(out)
+
+
+def file_keyword_text(chunk_texts: list[str], path: str) -> str:
+    """The whole-file BM25 column: ``keyword_text`` of the file's chunk texts joined in order
+    (they cover every non-blank line once, so this is the file), with no repeat cap, since
+    across a whole file term frequency is the evidence and BM25 saturates it anyway."""
+    return keyword_text("\n".join(chunk_texts), path, max_repeats=None)
 
 
 def _code_like(ident: str, quoted: set[str]) -> bool:

@@ -1,14 +1,24 @@
-"""The four searches of one question, folded and fused (SPEC §2), with no sockets.
+"""The searches of one question, folded and fused (SPEC §2), with no sockets.
 
 ``hybrid_search`` runs, at once: the ``vector_k`` nearest windows, the ``keyword_k`` best BM25
 chunks, and the same two restricted to the focus files (``focus_k`` each); windows are folded to
-one hit per chunk at the rank of its nearest window. A fifth list comes from the same keyword
-query at no extra search: its ``file_pool`` best chunks ranked by file (``file_keyword_list``: a
-file's two best chunk scores summed), each file at its best chunk, ``keyword_k`` files long, so
-that file-level keyword evidence (what whole-file BM25 sees) votes too. The lists are merged by
-reciprocal rank fusion, each chunk's score is multiplied by its file role's weight (``daemons.lib.roles``: tests
-and docs count less unless the question asks for them), and the top ``top_n`` returned. Without a query vector (embedder down, slow, or the index
-built with another model) only the keyword lists run.
+one hit per chunk at the rank of its nearest window. Two file-ranked keyword lists add what
+whole-file BM25 sees and chunk-level BM25 misses (a file whose chunks each match a different word
+of the question), each file entering at one chunk, ``keyword_k`` files long:
+
+* ``file_keyword``: the keyword query's ``file_pool`` best chunks ranked by file
+  (``file_keyword_list``: a file's two best chunk scores summed), at no extra search;
+* ``file_bm25``: BM25 over one document per file (the table's ``file_keywords`` column), its
+  scores weighed by file role before the cut, each file at its best pooled keyword chunk, else
+  its nearest vector chunk, else its first chunk (``representatives``).
+
+``file_list`` picks them: ``"both"`` (default), ``"chunks"`` (``file_keyword`` alone) or
+``"files"`` (``file_bm25`` alone); ``file_pool`` 0 drops both (SPEC §2's four lists). A table
+without the whole-file column (made by an older version, not yet opened by the writer) gives no
+``file_bm25`` list. The lists are merged by reciprocal rank fusion, each chunk's score is
+multiplied by its file role's weight (``daemons.lib.roles``: tests, docs and config count less
+unless the question asks for them), and the top ``top_n`` returned. Without a query vector
+(embedder down, slow, or the index built with another model) only the keyword lists run.
 """
 from __future__ import annotations
 
@@ -21,8 +31,12 @@ from typing import Any
 import numpy as np
 
 from daemons.lib.fusion import (
-    FILE_KEYWORD, FILE_KEYWORD_POOL, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR, file_keyword_list, fold_windows, rrf,
+    FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR, file_keyword_list, fold_windows, rrf,
 )
+
+#: ``file_list`` values: which file-ranked keyword lists are fused.
+BOTH, CHUNKS, FILES = "both", "chunks", "files"
+FILE_LISTS = (BOTH, CHUNKS, FILES)
 from daemons.lib.roles import weight_of
 from daemons.lib.store import IndexStore
 from protocol.schema import Candidate
@@ -57,18 +71,24 @@ def hybrid_search(
     file_pool: int = FILE_KEYWORD_POOL,
     use_keywords: bool = True,
     role_weights: Mapping[str, float] | None = None,
+    file_list: str = BOTH,
 ) -> SearchResult:
     """Run the searches concurrently and return the fused top ``top_n`` chunk rows.
 
     Each returned row carries ``fused_score`` (RRF times its role weight), ``ranks`` (1-based,
     per list) and ``weight`` (the role weight applied, 1.0 for source or without weights).
-    ``file_pool`` 0 leaves the file list out (the four lists of SPEC §2 alone).
+    ``file_pool`` 0 leaves the file lists out (the four lists of SPEC §2 alone).
     """
+    if file_list not in FILE_LISTS:
+        raise ValueError(f"file_list is {file_list!r}, not one of {', '.join(FILE_LISTS)}")
     jobs: dict[str, Any] = {}
     if query_vector is not None and vector_k > 0:
         jobs[VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, vector_k)
     if use_keywords and keyword_k > 0:
         jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, max(keyword_k, file_pool))
+        if file_pool > 0 and file_list != CHUNKS:
+            # twice as many files as kept, so the role weights below have some to choose from
+            jobs[FILE_BM25] = _POOL.submit(_timed, store.file_keyword_search, keyword_query, 2 * keyword_k)
     if focus_paths and focus_k > 0:
         if query_vector is not None:
             jobs[FOCUS_VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, focus_k, focus_paths)
@@ -77,17 +97,30 @@ def hybrid_search(
     rows_by_chunk: dict[str, dict[str, Any]] = {}
     lists: dict[str, list[str]] = {}
     timings: dict[str, float] = {}
+    results: dict[str, list[dict[str, Any]] | None] = {}
     for name, fut in jobs.items():
-        rows, ms = fut.result()
+        results[name], ms = fut.result()
         timings[name] = round(ms, 2)
-        if name in (VECTOR, FOCUS_VECTOR):
-            rows = fold_windows(rows, limit=vector_k if name == VECTOR else focus_k)
-        if name == KEYWORD:
-            if file_pool > 0:
-                by_file = file_keyword_list(rows[:file_pool], limit=keyword_k)
-                lists[FILE_KEYWORD] = [r["chunk_id"] for r in by_file]
-                for r in by_file:
-                    rows_by_chunk.setdefault(r["chunk_id"], r)
+    pool = (results.get(KEYWORD) or [])[:file_pool]
+    vector_rows = fold_windows(results[VECTOR], limit=vector_k) if VECTOR in results else []
+    file_rows = results.pop(FILE_BM25, None)
+    file_lists: dict[str, list[dict[str, Any]]] = {}
+    if file_rows is not None:
+        # weighed by role before the cut, so tests and docs that repeat the question's words do not fill the list
+        file_rows = sorted(file_rows, key=lambda r: -float(r.get("_score") or 0.0) * weight_of(r["path"], role_weights))
+        file_lists[FILE_BM25] = representatives(file_rows[:keyword_k], pool, vector_rows)
+    if file_pool > 0 and KEYWORD in results and file_list != FILES:
+        file_lists[FILE_KEYWORD] = file_keyword_list(pool, limit=keyword_k)
+    for name, rows in file_lists.items():
+        lists[name] = [r["chunk_id"] for r in rows]
+        for r in rows:
+            rows_by_chunk.setdefault(r["chunk_id"], r)
+    for name, rows in results.items():
+        if name == VECTOR:
+            rows = vector_rows
+        elif name == FOCUS_VECTOR:
+            rows = fold_windows(rows, limit=focus_k)
+        elif name == KEYWORD:
             rows = rows[:keyword_k]
         lists[name] = [r["chunk_id"] for r in rows]
         for r in rows:
@@ -108,6 +141,28 @@ def hybrid_search(
         row["weight"] = w
         candidates.append(row)
     return SearchResult(candidates, lists, timings)
+
+
+def representatives(
+    file_rows: list[dict[str, Any]], keyword_rows: list[dict[str, Any]], vector_rows: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Each whole-file hit as the chunk that stands for its file in fusion, in file order.
+
+    A file enters at its best chunk by keyword score among ``keyword_rows`` (the pooled BM25
+    chunk hits), else at its nearest chunk among ``vector_rows``, else at its first chunk (the
+    row the whole-file document lives on). Each returned row is a copy carrying ``file_score``.
+    """
+    best: dict[str, dict[str, Any]] = {}
+    for r in keyword_rows:
+        best.setdefault(r["path"], r)
+    for r in vector_rows:
+        best.setdefault(r["path"], r)
+    out = []
+    for f in file_rows:
+        row = dict(best.get(f["path"], f))
+        row["file_score"] = float(f.get("_score") or 0.0)
+        out.append(row)
+    return out
 
 
 def to_candidates(rows: list[dict[str, Any]]) -> list[Candidate]:

@@ -1,6 +1,11 @@
 """One LanceDB table per workspace: the rows, their identity, the FTS index, and the searches.
 
 A row is one embedded window of one chunk, keyed by ``id = path|content_hash|chunk|window``.
+Each file's first row (lowest chunk index, window 0) also carries ``file_keywords``, the
+keyword text of the whole file, with its own FTS index: one BM25 document per file, written in
+the same commit as the file's rows (every other row holds ``''``, which BM25 does not count as a
+document). A table made before that column existed gains it on ``open_writer``, filled from the
+rows' texts, without re-embedding.
 The table's schema metadata (key ``wsctx``) records the embedding model id, its dimension, the
 chunker version and the index-shaping settings; ``IndexStore.mismatch`` compares them with what
 the running daemons would write, and a difference means "rebuild needed", never mixed rows.
@@ -21,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 from lancedb.index import FTS, BTree, HnswSq
 
+from daemons.lib.keywords import file_keyword_text
+
 TABLE = "chunks"
 #: Past this many rows a flat vector scan gets slow (~100 ms at 50k rows on 2 cores): build HNSW.
 VECTOR_INDEX_MIN_ROWS = 50_000
@@ -29,6 +36,9 @@ FTS_CONFIG = dict(
     with_position=True, base_tokenizer="simple", language="English", lower_case=True, stem=True,
     remove_stop_words=False, ascii_folding=True,
 )
+#: The whole-file column is only ever searched by terms, never by phrase: no positions.
+FILE_FTS_CONFIG = {**FTS_CONFIG, "with_position": False}
+FILE_KEYWORDS = "file_keywords"
 
 
 class RebuildNeeded(RuntimeError):
@@ -49,10 +59,22 @@ def schema_for(dim: int, meta: dict[str, Any]) -> pa.Schema:
             pa.field("language", pa.string()),
             pa.field("text", pa.string()),
             pa.field("keywords", pa.string()),
+            pa.field("file_keywords", pa.string()),
             pa.field("vector", pa.list_(pa.float32(), dim)),
         ],
         metadata={META_KEY: json.dumps(meta, sort_keys=True).encode()},
     )
+
+
+def attach_file_keywords(path: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give ``rows`` (all of one file's rows) their ``file_keywords``: the whole-file keyword text
+    on the first row (lowest chunk index, window 0), ``''`` on the others. Mutates and returns."""
+    firsts = sorted((r for r in rows if int(r["window"]) == 0), key=lambda r: int(r["chunk_index"]))
+    for r in rows:
+        r[FILE_KEYWORDS] = ""
+    if firsts:
+        firsts[0][FILE_KEYWORDS] = file_keyword_text([r["text"] for r in firsts], path)
+    return rows
 
 
 def sql_str(value: str) -> str:
@@ -76,6 +98,8 @@ class IndexStore:
         self._lock = threading.Lock()
         self._writes_since_optimize = 0
         self.last_update = 0.0
+        #: files given their whole-file document when the writer opened the table (an older table)
+        self.file_keywords_filled = 0
 
     # ------------------------------------------------------------------ opening
 
@@ -90,6 +114,7 @@ class IndexStore:
             problems = store.mismatch(meta)
             if problems:
                 raise RebuildNeeded("rebuild needed: " + "; ".join(problems))
+            store.file_keywords_filled = store.add_file_keywords()
             return store
         table = db.create_table(TABLE, schema=schema_for(int(meta["dim"]), meta))
         store = cls(folder, table, db)
@@ -124,10 +149,55 @@ class IndexStore:
 
     # ------------------------------------------------------------------ writing
 
+    @property
+    def has_file_keywords(self) -> bool:
+        return FILE_KEYWORDS in self.table.schema.names
+
+    def add_file_keywords(self, batch_files: int = 2000) -> int:
+        """Give a table made before the whole-file column its column, filled from the rows' own
+        texts, and its index; returns the number of files filled (0 when there was nothing to do).
+
+        The column is added empty in one commit, then filled a batch of files per commit; a crash
+        in between leaves files without a whole-file document (they still have every chunk row),
+        and the next open fills the rest. Readers meanwhile see fewer files in that list only.
+        """
+        filled = 0
+        with self._lock:
+            if not self.has_file_keywords:
+                self.table.add_columns({FILE_KEYWORDS: "CAST('' AS STRING)"})
+            empty = f"window = 0 AND chunk_index = 0 AND ({FILE_KEYWORDS} = '' OR {FILE_KEYWORDS} IS NULL)"
+            todo = sorted(set(self.table.search().where(empty).select(["path"]).limit(None).to_arrow().column("path").to_pylist()))
+            for start in range(0, len(todo), batch_files):
+                paths = todo[start:start + batch_files]
+                rows = (
+                    self.table.search().where(f"window = 0 AND {path_filter(paths)}")
+                    .select(["id", "path", "chunk_index", "window", "text"]).limit(None).to_arrow().to_pylist()
+                )
+                by_path: dict[str, list[dict[str, Any]]] = {}
+                for r in rows:
+                    by_path.setdefault(r["path"], []).append(r)
+                ids, texts = [], []
+                for path, file_rows in by_path.items():
+                    for r in attach_file_keywords(path, file_rows):
+                        if r[FILE_KEYWORDS]:
+                            ids.append(r["id"])
+                            texts.append(r[FILE_KEYWORDS])
+                if ids:
+                    self.table.merge_insert("id").when_matched_update_all().execute(pa.table({"id": ids, FILE_KEYWORDS: texts}))
+                    filled += len(ids)
+        self.ensure_indexes()
+        if filled:
+            # the filled rows were rewritten: fold them into both FTS indexes now, so that BM25
+            # scores come from one index and not from an index plus a flat scan of the rest
+            self.optimize()
+        return filled
+
     def ensure_indexes(self) -> None:
         names = {i.name for i in self.table.list_indices()}
         if "keywords_idx" not in names:
             self.table.create_index("keywords", config=FTS(**FTS_CONFIG), replace=True)
+        if f"{FILE_KEYWORDS}_idx" not in names and self.has_file_keywords:
+            self.table.create_index(FILE_KEYWORDS, config=FTS(**FILE_FTS_CONFIG), replace=True)
         if "path_idx" not in names:
             self.table.create_index("path", config=BTree(), replace=True)
 
@@ -137,7 +207,7 @@ class IndexStore:
             if not rows:
                 self.delete_file(path)
                 return
-            data = pa.Table.from_pylist(rows, schema=self.table.schema)
+            data = pa.Table.from_pylist(attach_file_keywords(path, rows), schema=self.table.schema)
             (
                 self.table.merge_insert("id")
                 .when_matched_update_all()
@@ -211,6 +281,17 @@ class IndexStore:
         q = self.table.search(query, query_type="fts", fts_columns="keywords")
         if paths:
             q = q.where(path_filter(paths), prefilter=True)
+        return q.select([*SEARCH_COLUMNS, "_score"]).limit(k).to_list()
+
+    def file_keyword_search(self, query: str, k: int) -> list[dict[str, Any]] | None:
+        """The ``k`` files whose whole text best matches ``query`` (BM25 over ``file_keywords``),
+        best first, one row per file (its first row, with ``_score``); None when the table has no
+        such column (made by an older version and not yet opened by the writer)."""
+        if not self.has_file_keywords:
+            return None
+        if not query.strip():
+            return []
+        q = self.table.search(query, query_type="fts", fts_columns=FILE_KEYWORDS)
         return q.select([*SEARCH_COLUMNS, "_score"]).limit(k).to_list()
 
     def rows_for_path(self, path: str) -> list[dict[str, Any]]:

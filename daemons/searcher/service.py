@@ -122,7 +122,7 @@ class Searcher:
     def _run(self, store: IndexStore, keyword_query: str, vector: np.ndarray | None, req: Any):
         return hybrid_search(
             store, keyword_query, vector, req.focus_paths,
-            vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool,
+            vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
             role_weights=role_weights(req.question, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
         )
 
