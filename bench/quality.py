@@ -55,6 +55,8 @@ from daemons.lib.search import hybrid_search
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "fused", "cross_encoder", "reranked"]
 SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool", "file_list")
+#: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
+ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
 
 
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", action="append", help="only cases whose nearest_tag is this (e.g. v3.3.1); repeatable")
     ap.add_argument("--limit", type=int, default=0, help="at most N cases per case set (after --repo)")
     ap.add_argument("--embedder", default=None, help="embedding model artifact name (default: the product's setting)")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a search setting (e.g. file_list=chunks); repeatable")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a search or final-order setting (e.g. file_list=chunks); repeatable")
     ap.add_argument("--no-rerank", action="store_true")
     ap.add_argument("--reranker-dir", default=None)
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
@@ -106,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         settings.embedder_model = args.embedder
     for item in args.set:
         name, _, value = item.partition("=")
-        if name not in SEARCH_SETTINGS:
-            ap.error(f"--set {name}: not one of {', '.join(SEARCH_SETTINGS)}")
+        if name not in (*SEARCH_SETTINGS, *ORDER_SETTINGS):
+            ap.error(f"--set {name}: not one of {', '.join((*SEARCH_SETTINGS, *ORDER_SETTINGS))}")
         setattr(settings, name, type(getattr(settings, name))(value))
     embedder = load_embedder(settings.embedder_model)
     emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
@@ -240,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nreranker: {rerank_note}")
     doc = {
         "date": date.today().isoformat(), "embedder": embedder.model_id, "reranker": rerank_note,
-        "settings": search_settings, "search_key": search_key,
+        "settings": {**search_settings, **{k: getattr(settings, k) for k in ORDER_SETTINGS}}, "search_key": search_key,
         "args": {k: v for k, v in vars(args).items() if k != "cache"},
         "summary": summary, "skipped": skipped, "cases": results,
     }

@@ -371,6 +371,15 @@ def test_the_right_file_ranks_first(stack, question, path):
 
 
 @pytest.mark.timeout(120)
+def test_real_daemons_fuse_both_file_ranked_lists(stack):
+    """Through the real daemons the answer's first block was found by the whole-file and the pooled file lists too."""
+    reply = stack.ask("exponential backoff between retries")
+    first = code_blocks(reply)[0]
+    assert first.path == "retry.py"
+    assert {"file_bm25", "file_keyword"} <= set(first.retrievers), first.retrievers
+
+
+@pytest.mark.timeout(120)
 def test_follow_up_is_searched_with_the_previous_question(stack):
     """A short follow-up in the same conversation is searched with the previous question in front of it."""
     first = stack.ask("how does the retry backoff work?", conversation_id="conv-follow")
