@@ -28,7 +28,7 @@ from daemons.lib.config import Settings
 from daemons.lib.filtering import WorkspaceFilter, content_hash, read_file
 from daemons.lib.indexing import index_meta, plan_rows
 from daemons.lib.keywords import _expand, identifiers, query_keywords
-from daemons.lib.store import IndexStore, RebuildNeeded
+from daemons.lib.store import IndexStore, RebuildNeeded, attach_file_keywords
 
 # ---------------------------------------------------------------------------------- settings
 
@@ -181,6 +181,10 @@ def build_index(
                 store.replace_file(path, pending[pos : pos + n_rows])
                 pos += n_rows
         else:
+            pos = 0
+            for path, n_rows in per_file:  # what replace_file does for one file
+                attach_file_keywords(path, pending[pos : pos + n_rows])
+                pos += n_rows
             store.table.add(pa.Table.from_pylist(pending, schema=store.table.schema))
         st.seconds["write"] += time.perf_counter() - t
         pending.clear()
