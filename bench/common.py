@@ -175,16 +175,15 @@ def build_index(
             r["vector"] = v
         st.seconds["embed"] += time.perf_counter() - t
         t = time.perf_counter()
-        if write == "replace_file":
-            pos = 0
-            for path, n_rows in per_file:
-                store.replace_file(path, pending[pos : pos + n_rows])
-                pos += n_rows
-        else:
-            pos = 0
-            for path, n_rows in per_file:  # what replace_file does for one file
-                attach_file_keywords(path, pending[pos : pos + n_rows])
-                pos += n_rows
+        pos = 0
+        for path, n_rows in per_file:
+            file_rows = pending[pos : pos + n_rows]
+            pos += n_rows
+            if write == "replace_file":
+                store.replace_file(path, file_rows)
+            else:
+                attach_file_keywords(path, file_rows)  # what replace_file does for one file
+        if write != "replace_file":
             store.table.add(pa.Table.from_pylist(pending, schema=store.table.schema))
         st.seconds["write"] += time.perf_counter() - t
         pending.clear()

@@ -19,7 +19,8 @@ from pathlib import Path
 from bench.common import bench_settings
 from bench.speed import OUT, machine, queries_for, stats_ms
 from daemons.lib.keywords import query_keywords
-from daemons.lib.search import FILE_LISTS, hybrid_search
+from daemons.lib.fusion import FILE_LISTS
+from daemons.lib.search import hybrid_search
 from daemons.lib.store import IndexStore
 
 
@@ -40,8 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     migration_s = None
     if not store.has_file_keywords:
         t0 = time.perf_counter()
-        store = IndexStore.open_writer(store.folder, store.meta)
-        store.optimize()
+        store = IndexStore.open_writer(store.folder, store.meta)  # fills the column, then optimises
         migration_s = round(time.perf_counter() - t0, 1)
         print(f"added the whole-file column in {migration_s} s")
     embedder = load_embedder(settings.embedder_model)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from daemons.lib.fusion import BOTH, FILE_LISTS
+
 APP = "wsctx"
 
 
@@ -63,7 +65,7 @@ class Settings:
     # BM25 chunk hits pooled for the file-ranked keyword list (0: no such list; search.py)
     file_keyword_pool: int = 100
     # file-ranked keyword lists fused: "both", "chunks" (pooled chunk hits) or "files" (whole-file BM25; search.py)
-    file_list: str = "both"
+    file_list: str = BOTH
     # RRF multipliers for test, doc and config files when the question does not ask for them (roles.py)
     test_weight: float = 0.5
     doc_weight: float = 0.5
@@ -155,6 +157,6 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
     # ipc paths have a ~107-byte limit; fail early with a clear message rather than at bind time.
     if len(settings.endpoint("reranker.workers")) > 100:
         raise ValueError(f"runtime_dir {settings.runtime_dir!r} is too long for ipc socket paths")
-    if settings.file_list not in ("both", "chunks", "files"):
-        raise ValueError(f"file_list {settings.file_list!r}: use both, chunks or files")
+    if settings.file_list not in FILE_LISTS:
+        raise ValueError(f"file_list {settings.file_list!r}: use {', '.join(FILE_LISTS)}")
     return settings

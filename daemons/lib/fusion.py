@@ -33,6 +33,10 @@ FOCUS_KEYWORD = "focus_keyword"
 FILE_KEYWORD = "file_keyword"
 FILE_BM25 = "file_bm25"
 
+#: ``file_list`` values (the setting and ``hybrid_search``): which file-ranked keyword lists are fused.
+BOTH, CHUNKS, FILES = "both", "chunks", "files"
+FILE_LISTS = (BOTH, CHUNKS, FILES)
+
 
 class Fused(NamedTuple):
     """One fused candidate: its id, RRF score and 1-based rank in each list it was in.

@@ -31,12 +31,9 @@ from typing import Any
 import numpy as np
 
 from daemons.lib.fusion import (
-    FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR, file_keyword_list, fold_windows, rrf,
+    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR,
+    file_keyword_list, fold_windows, rrf,
 )
-
-#: ``file_list`` values: which file-ranked keyword lists are fused.
-BOTH, CHUNKS, FILES = "both", "chunks", "files"
-FILE_LISTS = (BOTH, CHUNKS, FILES)
 from daemons.lib.roles import weight_of
 from daemons.lib.store import IndexStore
 from protocol.schema import Candidate
