@@ -172,7 +172,7 @@ def metrics_at(x_logit: np.ndarray, y: np.ndarray, kinds: list[str]) -> dict:
     kinds_a = np.array(kinds)
     out = {"auc": auc(y, x_logit), "accuracy_at_0.08": float((keep == (y == 1)).mean()),
            "positives_kept_at_0.08": float(keep[y == 1].mean())}
-    for k in ("bm25", "random_same_repo", "random_other_repo"):
+    for k in ("bm25", "test", "random_same_repo", "random_other_repo"):
         m = kinds_a == k
         if m.any():
             out[f"{k}_dropped_at_0.08"] = float((~keep[m]).mean())
@@ -182,7 +182,9 @@ def metrics_at(x_logit: np.ndarray, y: np.ndarray, kinds: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", default=str(WORK / "ce.pt"))
-    ap.add_argument("--data", default=str(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz"))
+    ap.add_argument("--data", nargs="+", default=[str(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz"),
+                                                  str(REPO / "models/train_cross_encoder/data/changelog_pairs.jsonl.gz")])
+    ap.add_argument("--previous", default="", help="an earlier int8 model to score on the same validation lists")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-baseline", action="store_true")
     ap.add_argument("--variant", choices=list(QUANT_VARIANTS), default=None,
@@ -197,7 +199,7 @@ def main() -> None:
     model.eval()
     WORK.mkdir(parents=True, exist_ok=True)
 
-    rows = [r for r in read_pairs(Path(args.data)) if r["split"] == "val"]
+    rows = [r for path in args.data for r in read_pairs(Path(path)) if r["split"] == "val"]
     if args.val_limit:
         keep = sorted({r["group"] for r in rows})[:args.val_limit]
         rows = [r for r in rows if r["group"] in set(keep)]
@@ -249,6 +251,15 @@ def main() -> None:
     kinds_q = [r["kind"] for r in rows if r["label"] == 1 and len(r.get("val_hard", [])) > 0]
     res["mrr_by_query_kind"] = {kd: mrr([g for g, kk in zip(groups, kinds_q) if kk == kd])
                                 for kd in sorted(set(kinds_q))}
+    if args.previous:
+        xp = ort_logits(Path(args.previous), tok, flat, args.threads)
+        pg, k = [], 0
+        for _, ps in lists:
+            pg.append(xp[k:k + len(ps)])
+            k += len(ps)
+        res["mrr_positive_among_hard_negatives"]["previous_version"] = mrr(pg)
+        res["mrr_by_query_kind_previous_version"] = {kd: mrr([g for g, kk in zip(pg, kinds_q) if kk == kd])
+                                                     for kd in sorted(set(kinds_q))}
     if not args.skip_baseline:
         t0 = time.time()
         bg = biencoder_groups(tok, lists)
@@ -286,10 +297,10 @@ def main() -> None:
     except Exception:
         info = {}
     res["training"] = info
-    data = read_pairs(Path(args.data))
+    data = [r for path in args.data for r in read_pairs(Path(path))]
     manifest = {
         "name": "wsctx-minilm-l6-code-ce",
-        "version": "2",
+        "version": "3",
         "kind": "cross-encoder",
         "model_file": "model.int8.onnx",
         "tokenizer_file": "tokenizer.json",
@@ -302,8 +313,10 @@ def main() -> None:
                           "13 PyPI source distributions (see models/train_cross_encoder/make_data.py "
                           "for the pinned versions and sha256): docstring sentences, names and "
                           "commit/issue-like phrasings as queries; the definition's code without its "
-                          "docstring as positive; BM25 hard negatives from the same repository and "
-                          "random negatives. Validation held out by repository "
+                          "docstring as positive; and the same sdists' changelog notes as queries, "
+                          "the definitions they name as positives (make_changelog.py); BM25 hard "
+                          "negatives, tests naming the definition and random negatives from the same "
+                          "repository. Validation held out by repository "
                           f"({', '.join(res['val_repos'])}). No eval repository, no shared/eval case."),
         "tokenizer": "the base model's tokenizer.json (BERT WordPiece, uncased), read with tokenizers; "
                      "its shipped truncation/padding to 128 are switched off by the loader",

@@ -63,6 +63,26 @@ SKIP_DIRS = ("test", "tests", "testing", "docs", "doc", "examples", "example", "
              "scripts", "_vendor", "locale", "conf")
 
 
+def pinned_sdist(folder: Path, name: str, ver: str, sha: str) -> Path:
+    """The downloaded sdist of a pin, its sha256 checked; exits with the download command if absent."""
+    cands = list(folder.glob(f"{name}-{ver}.tar.gz")) + list(folder.glob(f"{name.replace('_', '-')}-{ver}.tar.gz"))
+    if not cands:
+        raise SystemExit(f"missing sdist {name}=={ver}: pip download --no-deps --no-binary :all: {name}=={ver} -d {folder}")
+    got = hashlib.sha256(cands[0].read_bytes()).hexdigest()
+    if got != sha:
+        raise SystemExit(f"sha256 mismatch for {cands[0]}: {got}")
+    return cands[0]
+
+
+def write_pairs(rows: list[dict], out: Path) -> Path:
+    """Write *rows* as gzipped JSON lines, byte-for-byte reproducible (sorted keys, gzip mtime 0)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0) as g:
+        for row in rows:
+            g.write((json.dumps(row, sort_keys=True) + "\n").encode("utf-8"))
+    return out
+
+
 def split_ident(tok: str) -> list[str]:
     parts = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", tok).replace("_", " ").split()
     return [p.lower() for p in parts if p]
@@ -130,24 +150,29 @@ def good_doc(s: str) -> bool:
     return not any(b in low for b in bad) and not s.startswith((">>>", ":", "..", "@"))
 
 
+def python_modules(tf: tarfile.TarFile, keep=lambda rel: True):
+    """(path inside the sdist's top folder, source, ast) of its .py files that *keep* and that parse, by name."""
+    for m in sorted((m for m in tf.getmembers() if m.isfile() and m.name.endswith(".py")), key=lambda m: m.name):
+        rel = m.name.split("/", 1)[1] if "/" in m.name else m.name
+        if not keep(rel):
+            continue
+        try:
+            src = tf.extractfile(m).read().decode("utf-8")
+            tree = ast.parse(src)
+        except Exception:
+            continue
+        yield rel, src, tree
+
+
 def iter_definitions(name: str, tar_path: Path):
+    def keep(rel: str) -> bool:
+        if any(p in SKIP_DIRS or p.startswith("test_") for p in rel.split("/")):
+            return False
+        return name != "django" or rel.startswith(("django/db/", "django/utils/", "django/http/", "django/core/",
+                                                   "django/forms/", "django/template/", "django/urls/"))
+
     with tarfile.open(tar_path) as tf:
-        members = sorted((m for m in tf.getmembers() if m.isfile() and m.name.endswith(".py")),
-                         key=lambda m: m.name)
-        for m in members:
-            rel = m.name.split("/", 1)[1] if "/" in m.name else m.name
-            parts = rel.split("/")
-            if any(p in SKIP_DIRS or p.startswith("test_") for p in parts):
-                continue
-            if name == "django" and not rel.startswith(("django/db/", "django/utils/", "django/http/",
-                                                        "django/core/", "django/forms/",
-                                                        "django/template/", "django/urls/")):
-                continue
-            try:
-                src = tf.extractfile(m).read().decode("utf-8")
-                tree = ast.parse(src)
-            except Exception:
-                continue
+        for rel, src, tree in python_modules(tf, keep):
             src_lines = src.split("\n")
             for node in ast.walk(tree):
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -206,13 +231,7 @@ def main() -> None:
     roles = {}
     for name, ver, sha, role in PINS:
         assert name.lower() not in EVAL_REPOS
-        cands = list(sd.glob(f"{name}-{ver}.tar.gz")) + list(sd.glob(f"{name.replace('_', '-')}-{ver}.tar.gz"))
-        if not cands:
-            raise SystemExit(f"missing sdist {name}=={ver}: pip download --no-deps --no-binary :all: {name}=={ver} -d {sd}")
-        p = cands[0]
-        got = hashlib.sha256(p.read_bytes()).hexdigest()
-        if got != sha:
-            raise SystemExit(f"sha256 mismatch for {p}: {got}")
+        p = pinned_sdist(sd, name, ver, sha)
         defs = list(iter_definitions(name, p))
         # dedupe identical passages / sentences
         seen, uniq = set(), []
@@ -269,11 +288,7 @@ def main() -> None:
             out_rows.extend(rows)
             stats[role][0] += 1
             stats[role][1] += len(rows)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0) as g:
-        for row in out_rows:
-            g.write((json.dumps(row, sort_keys=True) + "\n").encode("utf-8"))
+    out = write_pairs(out_rows, Path(args.out))
     print(f"queries/pairs: train {stats['train']}, val {stats['val']} -> {out}")
 
 

@@ -23,7 +23,9 @@ from common import REPO, CrossEncoderModel, collate, load_tokenizer, pair_ids, r
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=str(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz"))
+    ap.add_argument("--data", nargs="+", default=[str(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz")],
+                    help="pair files; PATH:N takes N query groups of that file (sampled with the seed), "
+                         "PATH all of them")
     ap.add_argument("--out", default=str(REPO / "models/.work/ce.pt"))
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
@@ -47,7 +49,15 @@ def main() -> None:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     tok = load_tokenizer()
-    rows = [r for r in read_pairs(Path(args.data)) if r["split"] == "train"]
+    rows = []
+    for spec in args.data:
+        path, _, n = spec.partition(":")
+        part = [r for r in read_pairs(Path(path)) if r["split"] == "train"]
+        if n:
+            keep = set(rng.sample(sorted({r["group"] for r in part}), int(n)))
+            part = [r for r in part if r["group"] in keep]
+        print(f"{path}: {len(part)} pairs", flush=True)
+        rows.extend(part)
     if args.limit:
         rng.shuffle(rows)
         rows = rows[:args.limit]
@@ -150,7 +160,7 @@ def main() -> None:
                 done = True
                 break
     torch.save(model.state_dict(), args.out)
-    info = {"pairs_available": len(enc), "steps": step, "batch": args.batch,
+    info = {"data": args.data, "pairs_available": len(enc), "steps": step, "batch": args.batch,
             "pairs_seen": pairs_seen, "epochs_seen": pairs_seen / len(enc),
             "seconds": round(time.time() - t_start), "lr": args.lr, "max_len": args.max_len,
             "threads": args.threads, "frozen_word_embeddings": bool(args.freeze_embeddings),
