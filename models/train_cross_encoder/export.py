@@ -166,6 +166,15 @@ def biencoder_groups(tok, lists: list[tuple[str, list[str]]]) -> list[np.ndarray
     return [np.array([float(qv @ pe[p]) for p in ps]) for qv, (_, ps) in zip(qe, lists)]
 
 
+def per_list(flat_logits: np.ndarray, lists: list[tuple[str, list[str]]]) -> list[np.ndarray]:
+    """Split the logits of every list's passages, scored as one flat run, back into one array per list."""
+    out, k = [], 0
+    for _, ps in lists:
+        out.append(flat_logits[k:k + len(ps)])
+        k += len(ps)
+    return out
+
+
 def metrics_at(x_logit: np.ndarray, y: np.ndarray, kinds: list[str]) -> dict:
     p = 1 / (1 + np.exp(-x_logit))
     keep = p >= THRESHOLD
@@ -199,7 +208,8 @@ def main() -> None:
     model.eval()
     WORK.mkdir(parents=True, exist_ok=True)
 
-    rows = [r for path in args.data for r in read_pairs(Path(path)) if r["split"] == "val"]
+    data = [r for path in args.data for r in read_pairs(Path(path))]
+    rows = [r for r in data if r["split"] == "val"]
     if args.val_limit:
         keep = sorted({r["group"] for r in rows})[:args.val_limit]
         rows = [r for r in rows if r["group"] in set(keep)]
@@ -233,10 +243,7 @@ def main() -> None:
     x = ort_logits(raw8, tok, pairs, args.threads)
     flat = [(q, p) for q, ps in lists for p in ps]
     xl = ort_logits(raw8, tok, flat, args.threads)
-    groups, k = [], 0
-    for _, ps in lists:
-        groups.append(xl[k:k + len(ps)])
-        k += len(ps)
+    groups = per_list(xl, lists)
     print(f"val scoring {len(pairs) + len(flat)} pairs in {time.time() - t0:.0f}s", flush=True)
 
     a, b = platt(x, y)
@@ -252,11 +259,7 @@ def main() -> None:
     res["mrr_by_query_kind"] = {kd: mrr([g for g, kk in zip(groups, kinds_q) if kk == kd])
                                 for kd in sorted(set(kinds_q))}
     if args.previous:
-        xp = ort_logits(Path(args.previous), tok, flat, args.threads)
-        pg, k = [], 0
-        for _, ps in lists:
-            pg.append(xp[k:k + len(ps)])
-            k += len(ps)
+        pg = per_list(ort_logits(Path(args.previous), tok, flat, args.threads), lists)
         res["mrr_positive_among_hard_negatives"]["previous_version"] = mrr(pg)
         res["mrr_by_query_kind_previous_version"] = {kd: mrr([g for g, kk in zip(pg, kinds_q) if kk == kd])
                                                      for kd in sorted(set(kinds_q))}
@@ -297,7 +300,6 @@ def main() -> None:
     except Exception:
         info = {}
     res["training"] = info
-    data = [r for path in args.data for r in read_pairs(Path(path))]
     manifest = {
         "name": "wsctx-minilm-l6-code-ce",
         "version": "3",

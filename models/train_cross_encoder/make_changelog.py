@@ -196,12 +196,13 @@ def main() -> None:
                 notes.extend(split_entries(tf.extractfile(m).read().decode("utf-8", "replace")))
         defs = [{"path": rel, "qual": q, "module": rel[:-3].replace("/", "."), "passage": rel + "\n" + cut(text)}
                 for rel, is_test, q, text in code if not is_test and len(text) >= 80]
-        tests = [{"path": rel, "passage": rel + "\n" + cut(text)}
-                 for rel, is_test, q, text in code if is_test and q.split(".")[-1].startswith("test")]
-        tests_naming: dict[str, list[int]] = defaultdict(list)
-        for ti, (rel, is_test, q, text) in enumerate(c for c in code if c[1] and c[2].split(".")[-1].startswith("test")):
-            for ident in set(re.findall(r"[A-Za-z_]\w*", text)):
-                tests_naming[ident].append(ti)
+        tests: list[dict] = []
+        tests_naming: dict[str, list[int]] = defaultdict(list)  # identifier -> the tests whose code has it
+        for rel, is_test, q, text in code:
+            if is_test and q.split(".")[-1].startswith("test"):
+                for ident in set(re.findall(r"[A-Za-z_]\w*", text)):
+                    tests_naming[ident].append(len(tests))
+                tests.append({"path": rel, "passage": rel + "\n" + cut(text)})
         by_tail: dict[str, list[int]] = defaultdict(list)
         for i, d in enumerate(defs):
             by_tail[d["qual"].split(".")[-1]].append(i)
@@ -212,11 +213,12 @@ def main() -> None:
             q = clean(raw)
             if len(q.split()) < _MIN_WORDS or q.lower() in seen_q:
                 continue
-            pos = sorted({i for n in marked_names(raw) if (i := resolve(n, by_tail, defs)) is not None})
+            names = marked_names(raw)
+            pos = sorted({i for n in names if (i := resolve(n, by_tail, defs)) is not None})
             if not pos or len(pos) > 3:
                 continue
             seen_q.add(q.lower())
-            groups.append((q, pos, [n for n in marked_names(raw)]))
+            groups.append((q, pos, names))
         rng.shuffle(groups)
         groups = groups[:args.max_per_repo]
         n_groups = 0
