@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 from bench.common import bench_settings, file_metrics, index_key, is_test_file, mean_metrics
-from bench.quality import reranked_orders
+from bench.quality import METHODS, reranked_orders
 from bench.repos import DEFAULT_CACHE
 
 
 def main(path: str, cache: Path = DEFAULT_CACHE, top5_of: str = "fused") -> dict:
     d = json.loads(Path(path).read_text())
     s = bench_settings()
-    methods = ["keyword", "vector", "unweighted", "no_file_list", "fused", "cross_encoder", "reranked"]
+    methods = [m for m in METHODS if m != "bm25_file"]
     res: dict[str, list] = {m: [] for m in methods}
     tests = other = total = 0
     for c in d["cases"]:

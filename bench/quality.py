@@ -11,6 +11,7 @@ the question is answered five ways:
 * ``unweighted`` ``hybrid_search`` with tests and docs weighed like source and no file-ranked
   keyword list (``file_pool=0``): fusion of the four lists as SPEC §2 states it
 * ``no_file_list`` the product's fusion without the file-ranked keyword lists (role weights on)
+* ``no_mentions`` the product's fusion without the list of files the question names (``mentions``)
 * ``fused``      ``hybrid_search`` with the product's settings (20 + 20 + the file-ranked keyword
   lists: the 100 best chunks ranked by file and the whole-file BM25 list, as ``file_list``
   says; RRF k=60, role weights, top 12): so its recall@10 is over a 12-chunk list, as the
@@ -50,11 +51,13 @@ from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resol
 from daemons.lib.fusion import fold_windows, rerank_order
 from daemons.lib.keywords import query_keywords
 from daemons.lib import fusion, roles, search
+from daemons.lib import mentions as mentions_mod
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
 
-METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "fused", "cross_encoder", "reranked"]
-SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool", "file_list")
+METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused", "cross_encoder", "reranked"]
+SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool", "file_list",
+                   "path_mentions")
 #: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
 ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
@@ -110,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         name, _, value = item.partition("=")
         if name not in (*SEARCH_SETTINGS, *ORDER_SETTINGS):
             ap.error(f"--set {name}: not one of {', '.join((*SEARCH_SETTINGS, *ORDER_SETTINGS))}")
-        setattr(settings, name, type(getattr(settings, name))(value))
+        kind = type(getattr(settings, name))
+        setattr(settings, name, value.lower() in ("1", "true", "yes", "on") if kind is bool else kind(value))
     embedder = load_embedder(settings.embedder_model)
     emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
     reranker, rerank_note = None, ""
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     # the cached rankings depend on the search settings, the role, search and fusion code and the
     # reranker's file, so all of them name the folder
     search_settings = {k: getattr(settings, k) for k in SEARCH_SETTINGS}
-    rules = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion))).hexdigest()[:10]
+    rules = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod))).hexdigest()[:10]
     search_key = "s" + hashlib.sha1(json.dumps([search_settings, rerank_note, rules]).encode()).hexdigest()[:10]
     cases = load_cases(args.cases)
     if args.repo:
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             q = c["query"]
             changed = False
             ranked["bm25_file"] = bm25.search(q, 50)  # cheap: always recomputed, never stale
-            if not {"keyword", "vector", "unweighted", "no_file_list", "fused"} <= ranked.keys() or (reranker is not None and "fused_probs" not in ranked):
+            if not {"keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused"} <= ranked.keys() or (reranker is not None and "fused_probs" not in ranked):
                 kw = query_keywords(q)
                 vec = embedder.embed_query(q)
                 ranked["keyword"] = files_in_order(store.keyword_search(kw, 50))
@@ -193,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
                 ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, **common, file_pool=0).candidates)
                 ranked["no_file_list"] = files_in_order(
                     hybrid_search(store, kw, vec, None, **common, file_pool=0, role_weights=weights).candidates)
-                res = hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights)
+                ranked["no_mentions"] = files_in_order(
+                    hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights).candidates)
+                named = mentions_mod.mentions(q) if settings.path_mentions else ()
+                res = hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights, mentioned=named)
                 ranked["fused"] = files_in_order(res.candidates)
                 if reranker is not None:
                     cands = res.candidates

@@ -2,7 +2,8 @@
 
 The eval cases (``../shared/eval/*.jsonl``) name a repository and the release tag nearest to the
 commit the question was asked against. This module maps that to a PyPI sdist, downloads it once
-(``pip download --no-deps --no-binary :all: NAME==VER``), unpacks it and returns the tree.
+(from the index's JSON simple API, sha256 checked, else ``pip download --no-deps --no-binary :all:
+NAME==VER``), unpacks it and returns the tree.
 
 Version rule (eval README): strip a leading ``v`` or ``sympy-``; a ``.dev``/``rc``/``a``/``b``
 tag means "the release just before it", looked up once with ``pip index versions NAME`` and cached
@@ -116,6 +117,43 @@ def release_for_tag(name: str, tag: str, cache: Path) -> str:
     return before[-1]
 
 
+def _download_sdist(name: str, version: str, dest: Path) -> list[Path]:
+    """The release's sdist straight from the package index (its JSON simple API), its sha256
+    checked; [] when that fails.
+
+    pip download prepares metadata, which for some sdists (astropy's Cython) means minutes of
+    compiling on two cores: the archive alone is all the bench needs.
+    """
+    import hashlib
+    import urllib.request
+
+    def norm(s: str) -> str:
+        return re.sub(r"[-_.]+", "_", s).lower()
+
+    try:
+        req = urllib.request.Request(f"https://pypi.org/simple/{norm(name).replace('_', '-')}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            files = json.load(r)["files"]
+        for f in files:
+            base = re.sub(r"\.(tar\.gz|tar\.bz2|zip)$", "", f["filename"])
+            project, _, ver = base.rpartition("-")
+            if base == f["filename"] or ver != version or norm(project) != norm(name):
+                continue
+            target = dest / f["filename"]
+            part = target.with_name(target.name + ".part")
+            with urllib.request.urlopen(f["url"], timeout=300) as r, part.open("wb") as out:
+                shutil.copyfileobj(r, out)
+            if hashlib.sha256(part.read_bytes()).hexdigest() != f["hashes"]["sha256"]:
+                part.unlink()
+                return []
+            part.rename(target)
+            return [target]
+    except (OSError, ValueError, KeyError):
+        pass
+    return []
+
+
 def fetch_tree(name: str, version: str, cache: Path = DEFAULT_CACHE) -> Path:
     """Download (once) and unpack (once) the sdist; return the unpacked source root."""
     tree = cache / "trees" / f"{name}-{version}"
@@ -124,6 +162,8 @@ def fetch_tree(name: str, version: str, cache: Path = DEFAULT_CACHE) -> Path:
     sdists = cache / "sdists" / f"{name}-{version}"
     sdists.mkdir(parents=True, exist_ok=True)
     files = [p for p in sdists.iterdir() if p.suffix in (".gz", ".zip", ".bz2")]
+    if not files:
+        files = _download_sdist(name, version, sdists)
     if not files:
         # --no-clean + a private TMPDIR: when pip fails to prepare metadata for an old sdist (a
         # setup.py that no longer runs on this Python), the unpacked sdist is still in pip's

@@ -18,6 +18,7 @@ from daemons.lib.assembly import (
     label,
     merge_hits,
     prompt_text,
+    named_positions,
     select_by_threshold,
 )
 
@@ -173,3 +174,14 @@ def test_select_by_threshold_and_three_near_misses():
     kept, near = select_by_threshold(scored)
     assert kept == [("e", 0.9), ("a", 0.5), ("c", 0.08)]
     assert near == [("b", 0.07), ("f", 0.05), ("g", 0.02)]
+
+
+def test_the_best_chunk_of_each_named_file_is_kept_below_the_threshold():
+    """A file the question names keeps its most probable chunk whatever the probability; its other chunks follow the threshold."""
+    cands = [("a.py", {"vector": 1}, 0.5), ("n.py", {"keyword": 2}, 0.01), ("n.py", {"mentioned": 1}, 0.03),
+             ("m.py", {"mentioned": 2}, 0.02), ("z.py", {"vector": 2}, 0.04)]
+    always = named_positions(cands)
+    assert always == {2, 3}
+    kept, near = select_by_threshold([(p, prob) for p, _, prob in cands], always=always)
+    assert kept == [("a.py", 0.5), ("n.py", 0.03), ("m.py", 0.02)]
+    assert near == [("z.py", 0.04), ("n.py", 0.01)]

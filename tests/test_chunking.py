@@ -37,8 +37,11 @@ def assert_covers(text: str, chunks: list[Chunk], settings: ChunkSettings = Chun
         if c.start_line == c.end_line:
             assert c.text in lines[c.start_line - 1]
         else:
-            body = "\n".join(lines[c.start_line - 1:c.end_line])
-            assert body.endswith(c.text) and c.text.endswith(lines[c.end_line - 1])
+            # a line cut by characters can leave a chunk starting or ending inside a line, so the
+            # text is: the end of its first line, the lines between whole, the start of its last
+            first, *middle, last = c.text.split("\n")
+            assert lines[c.start_line - 1].endswith(first) and lines[c.end_line - 1].startswith(last)
+            assert middle == lines[c.start_line:c.end_line - 1]
         assert len(c.context) <= settings.context_chars
         assert c.full_text == c.context + c.text
         prev_end = c.end_line
@@ -290,6 +293,16 @@ def test_5000_line_python_file_is_fast() -> None:
     elapsed = time.perf_counter() - t0
     assert_covers(text, chunks)
     assert elapsed < 1.5, elapsed  # ~0.1 s on an idle core; slack for a shared machine
+
+
+def test_short_line_joins_the_first_cut_of_a_long_line() -> None:
+    """A line under min_chars before a line cut by characters joins its first cut, so that chunk ends inside line 2."""
+    text = "x = 1\n" + "y" * 2500 + "\nz = 2\n"
+    for path in ("a.py", "a.txt"):
+        chunks = chunk_text(text, path)
+        assert [(c.start_line, c.end_line) for c in chunks] == [(1, 2), (2, 2), (2, 3)]
+        assert chunks[0].text == "x = 1\n" + "y" * 1000
+        assert_covers(text, chunks)
 
 
 _PATHS = ["a.py", "a.ts", "a.go", "a.md", "a.txt", "a.json", "a.rb", "a.c"]

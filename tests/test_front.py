@@ -380,6 +380,15 @@ def test_real_daemons_fuse_both_file_ranked_lists(stack):
 
 
 @pytest.mark.timeout(120)
+def test_a_file_named_in_a_traceback_is_answered_and_the_context_line_says_so(stack):
+    """A file the question names by an absolute traceback path is answered, below the threshold too, and the context line names it."""
+    reply = stack.ask('this crashes on startup:\n  File "/srv/app/config_parser.py", line 12, in load\nKeyError: port')
+    named = [b for b in code_blocks(reply) if b.path == "config_parser.py"]
+    assert named, reply.context_line
+    assert "named config_parser.py" in reply.context_line, reply.context_line
+
+
+@pytest.mark.timeout(120)
 def test_follow_up_is_searched_with_the_previous_question(stack):
     """A short follow-up in the same conversation is searched with the previous question in front of it."""
     first = stack.ask("how does the retry backoff work?", conversation_id="conv-follow")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, VECTOR
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR
+from daemons.lib.mentions import mentions
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, representatives
 from daemons.lib.store import FILE_KEYWORDS, IndexStore
@@ -107,6 +108,34 @@ def test_representatives_prefer_keyword_then_vector_chunks_then_the_first_row() 
     assert [r["chunk_id"] for r in out] == ["a.py|h|4", "b.py|h|7", "c.py|h|0"]
     assert [r["file_score"] for r in out] == [3.0, 2.0, 1.0]
     assert "file_score" not in keyword[0]  # copies
+
+
+@pytest.mark.timeout(120)
+def test_a_file_the_question_names_is_fused_at_its_best_chunk_or_its_first(store: IndexStore) -> None:
+    """Files named in the question (a traceback path, a dotted module) form the ``mentioned`` list in order of mention."""
+    q = 'redirect fails:\n  File "/home/me/proj/src/other3.py", line 4\nsee src.codes.STATUS'
+    res = hybrid_search(store, "redirect", None, file_list="chunks", mentioned=mentions(q))
+    assert [store_row_path(c) for c in res.lists[MENTIONED]] == ["src/other3.py", "src/codes.py"]
+    by_id = {c["chunk_id"]: c for c in res.candidates}
+    assert res.lists[MENTIONED][0] == "src/other3.py|h|0"  # no search row of it: its first chunk
+    assert by_id[res.lists[MENTIONED][0]]["ranks"] == {MENTIONED: 1}
+    assert by_id[res.lists[MENTIONED][1]]["ranks"][KEYWORD] == 1  # the keyword hit stands for it
+    assert MENTIONED in res.timings_ms
+    plain = hybrid_search(store, "redirect", None, file_list="chunks", mentioned=mentions("why does redirect fail?"))
+    assert MENTIONED not in plain.lists and "src/other3.py" not in {c["path"] for c in plain.candidates}
+
+
+@pytest.mark.timeout(120)
+def test_the_path_set_follows_writes(store: IndexStore) -> None:
+    """``paths`` lists every indexed file and changes when a file is added or deleted; ``first_rows`` finds chunk 0."""
+    before = store.paths()
+    assert before == {"src/session.py", "src/codes.py", *(f"src/other{k}.py" for k in range(6))}
+    assert store.paths() is before  # cached while the table is unchanged
+    store.delete_file("src/codes.py")
+    store.replace_file("src/new.py", [index_row("src/new.py", 0, "fresh", np.ones(DIM))])
+    assert store.paths() == (before - {"src/codes.py"}) | {"src/new.py"}
+    rows = store.first_rows(["src/session.py", "src/gone.py"])
+    assert [(r["path"], r["chunk_index"]) for r in rows] == [("src/session.py", 0)]
 
 
 def store_row_path(chunk_id: str) -> str:

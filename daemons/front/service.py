@@ -25,6 +25,7 @@ from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.fusion import rerank_order
 from daemons.lib.keywords import query_keywords
+from daemons.lib.mentions import mentions
 from daemons.lib.log import configure
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, to_candidates
@@ -170,7 +171,8 @@ class Front:
         near: list[tuple[Candidate, float]] = []
         order_of: dict[int, float] = {}
         if probs is not None:
-            kept, near = assembly.select_by_threshold(list(zip(candidates, probs)), threshold, self.s.near_misses)
+            named = assembly.named_positions([(c.path, c.ranks, p) for c, p in zip(candidates, probs)])
+            kept, near = assembly.select_by_threshold(list(zip(candidates, probs)), threshold, self.s.near_misses, always=named)
             # keyed by position among all candidates, so a dropped one still holds its rank
             keys = rerank_order([c.path for c in candidates], [p * c.weight for c, p in zip(candidates, probs)],
                                 self.s.rerank_fusion_k, self.s.rerank_fusion_weight)
@@ -233,8 +235,9 @@ class Front:
         kept_labels = [(assembly.label(b), b.score if probs is not None else None) for b in blocks if b.kind == assembly.CODE and not b.team]
         near_labels = [(f"{c.path}:{c.start_line}-{c.end_line}", p) for c, p in near]
         weighted = assembly.weights_note((c.path, c.weight) for c in candidates)
-        line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded,
-                                     notes=[f"weighted {weighted}"] if weighted else [])
+        notes = [f"weighted {weighted}"] if weighted else []
+        notes.append(assembly.named_note((c.path, c.ranks) for c in candidates))
+        line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded, notes=notes)
         stage("assemble", t0, blocks=len(out_blocks), chars=sum(len(b.text) for b in out_blocks))
 
         self.conversations.remember(req.conversation_id, searched, sorted({b.path for b in blocks if not b.team}))
@@ -268,6 +271,7 @@ class Front:
         if store is None:
             return [], keyword_query
         result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
+                               mentioned=mentions(question) if self.s.path_mentions else (),
                                role_weights=role_weights(question, self.s.test_weight, self.s.doc_weight, self.s.config_weight))
         return to_candidates(result.candidates), keyword_query
 

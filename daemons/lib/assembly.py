@@ -18,10 +18,11 @@ merge with them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from daemons.lib.fusion import MENTIONED
 from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role
 from daemons.lib.widening import IMPORTS_MAX_CHARS, imports_block, lines_text, split_lines
 
@@ -377,17 +378,44 @@ def weights_note(candidates: Iterable[tuple[str, float]]) -> str:
     return ", ".join(f"{role}s ×{seen[role]:g}" for role in (TEST, DOC, CONFIG, SOURCE) if role in seen)
 
 
+def named_note(candidates: Iterable[tuple[str, Mapping[str, int]]]) -> str:
+    """``named a.py, b/c.py`` for the files among ``(path, ranks)`` candidates that entered as named
+    in the question (the ``mentioned`` list), in that list's order; "" if none."""
+    named: dict[str, int] = {}
+    for path, ranks in candidates:
+        if MENTIONED in ranks:
+            named[path] = min(ranks[MENTIONED], named.get(path, ranks[MENTIONED]))
+    return "named " + ", ".join(sorted(named, key=named.__getitem__)) if named else ""
+
+
 def select_by_threshold(
     scored: Iterable[tuple[T, float]],
     threshold: float = RERANK_THRESHOLD,
     near_miss_count: int = NEAR_MISS_COUNT,
+    always: Container[int] = (),
 ) -> tuple[list[tuple[T, float]], list[tuple[T, float]]]:
     """Split ``(item, probability)`` pairs into ``(kept, near_misses)``.
 
-    Kept: probability >= *threshold*; near misses: the *near_miss_count* best
-    of the rest. Both sorted by probability descending (stable for ties).
+    Kept: probability >= *threshold*, and the pairs at the positions in *always* whatever their
+    probability (:func:`named_positions`); near misses: the *near_miss_count* best of the rest.
+    Both sorted by probability descending (stable for ties).
     """
-    ordered = sorted(scored, key=lambda p: -p[1])
-    kept = [p for p in ordered if p[1] >= threshold]
-    dropped = [p for p in ordered if p[1] < threshold]
+    ordered = sorted(enumerate(scored), key=lambda p: -p[1][1])
+    kept = [p for i, p in ordered if p[1] >= threshold or i in always]
+    dropped = [p for i, p in ordered if not (p[1] >= threshold or i in always)]
     return kept, dropped[: max(0, near_miss_count)]
+
+
+def named_positions(candidates: Sequence[tuple[str, Mapping[str, int], float]]) -> set[int]:
+    """Positions of the most probable candidate of each file the question names.
+
+    ``candidates`` are ``(path, ranks, probability)``; a file is named when one of its candidates
+    entered through the ``mentioned`` list. The user pointed at the file, so its best chunk is
+    kept even below the threshold (the context line's ``named`` note says why it is there).
+    """
+    best: dict[str, int] = {}
+    named = {path for path, ranks, _ in candidates if MENTIONED in ranks}
+    for i, (path, _, prob) in enumerate(candidates):
+        if path in named and (path not in best or prob > candidates[best[path]][2]):
+            best[path] = i
+    return set(best.values())

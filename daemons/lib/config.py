@@ -66,6 +66,8 @@ class Settings:
     file_keyword_pool: int = 100
     # file-ranked keyword lists fused: "both", "chunks" (pooled chunk hits) or "files" (whole-file BM25; search.py)
     file_list: str = BOTH
+    # the files the question names (paths, dotted modules) fused as one more list (mentions.py)
+    path_mentions: bool = True
     # RRF multipliers for test, doc and config files when the question does not ask for them (roles.py)
     test_weight: float = 0.5
     doc_weight: float = 0.5

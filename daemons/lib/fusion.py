@@ -32,6 +32,7 @@ FOCUS_VECTOR = "focus_vector"
 FOCUS_KEYWORD = "focus_keyword"
 FILE_KEYWORD = "file_keyword"
 FILE_BM25 = "file_bm25"
+MENTIONED = "mentioned"
 
 #: ``file_list`` values (the setting and ``hybrid_search``): which file-ranked keyword lists are fused.
 BOTH, CHUNKS, FILES = "both", "chunks", "files"

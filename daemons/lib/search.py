@@ -12,7 +12,11 @@ of the question), each file entering at one chunk, ``keyword_k`` files long:
   scores weighed by file role before the cut, each file at its best pooled keyword chunk, else
   its nearest vector chunk, else its first chunk (``representatives``).
 
-``file_list`` picks them: ``"both"`` (default), ``"chunks"`` (``file_keyword`` alone) or
+A question that names files (a traceback path, ``core/basic.py``, ``sphinx.ext.autodoc``; see
+``daemons.lib.mentions``) adds the ``mentioned`` list: those files in order of mention, each at its
+representative chunk as above.
+
+``file_list`` picks the two file lists: ``"both"`` (default), ``"chunks"`` (``file_keyword`` alone) or
 ``"files"`` (``file_bm25`` alone); ``file_pool`` 0 drops both (SPEC §2's four lists). A table
 without the whole-file column (made by an older version, not yet opened by the writer) gives no
 ``file_bm25`` list. The lists are merged by reciprocal rank fusion, each chunk's score is
@@ -25,15 +29,16 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from daemons.lib.fusion import (
-    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, VECTOR,
-    file_keyword_list, fold_windows, rrf,
+    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, MENTIONED,
+    VECTOR, file_keyword_list, fold_windows, rrf,
 )
+from daemons.lib.mentions import path_index
 from daemons.lib.roles import weight_of
 from daemons.lib.store import IndexStore
 from protocol.schema import Candidate
@@ -69,12 +74,15 @@ def hybrid_search(
     use_keywords: bool = True,
     role_weights: Mapping[str, float] | None = None,
     file_list: str = BOTH,
+    mentioned: Sequence[str] = (),
 ) -> SearchResult:
     """Run the searches concurrently and return the fused top ``top_n`` chunk rows.
 
     Each returned row carries ``fused_score`` (RRF times its role weight), ``ranks`` (1-based,
     per list) and ``weight`` (the role weight applied, 1.0 for source or without weights).
-    ``file_pool`` 0 leaves the file lists out (the four lists of SPEC §2 alone).
+    ``file_pool`` 0 leaves the file lists out (the four lists of SPEC §2 alone). ``mentioned``
+    is the question's path-like tokens (``mentions.mentions``): the files they name form the
+    ``mentioned`` list, each at its representative chunk.
     """
     if file_list not in FILE_LISTS:
         raise ValueError(f"file_list is {file_list!r}, not one of {', '.join(FILE_LISTS)}")
@@ -94,6 +102,11 @@ def hybrid_search(
     rows_by_chunk: dict[str, dict[str, Any]] = {}
     lists: dict[str, list[str]] = {}
     timings: dict[str, float] = {}
+    named: list[str] = []
+    if mentioned:
+        t0 = time.perf_counter()
+        named = path_index(store.paths()).named_files(mentioned)
+        timings[MENTIONED] = round((time.perf_counter() - t0) * 1000, 2)
     results: dict[str, list[dict[str, Any]] | None] = {}
     for name, fut in jobs.items():
         results[name], ms = fut.result()
@@ -108,6 +121,8 @@ def hybrid_search(
         file_lists[FILE_BM25] = representatives(file_rows[:keyword_k], pool, vector_rows)
     if file_pool > 0 and KEYWORD in results and file_list != FILES:
         file_lists[FILE_KEYWORD] = file_keyword_list(pool, limit=keyword_k)
+    if named:
+        file_lists[MENTIONED] = representatives(_first_rows(store, named, pool, vector_rows), pool, vector_rows)
     for name, rows in file_lists.items():
         lists[name] = [r["chunk_id"] for r in rows]
         for r in rows:
@@ -160,6 +175,16 @@ def representatives(
         row["file_score"] = float(f.get("_score") or 0.0)
         out.append(row)
     return out
+
+
+def _first_rows(
+    store: IndexStore, paths: list[str], keyword_rows: list[dict[str, Any]], vector_rows: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A row per path, in order, for ``representatives``: the file's first chunk row when no
+    search row of it is at hand (fetched), a bare ``{"path"}`` otherwise (never used)."""
+    have = {r["path"] for r in keyword_rows} | {r["path"] for r in vector_rows}
+    first = {r["path"]: r for r in store.first_rows([p for p in paths if p not in have])}
+    return [first.get(p, {"path": p}) for p in paths if p in have or p in first]
 
 
 def to_candidates(rows: list[dict[str, Any]]) -> list[Candidate]:

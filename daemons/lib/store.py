@@ -100,6 +100,7 @@ class IndexStore:
         self.last_update = 0.0
         #: files given their whole-file document when the writer opened the table (an older table)
         self.file_keywords_filled = 0
+        self._paths: tuple[int, frozenset[str]] | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -258,6 +259,22 @@ class IndexStore:
         """``{path: content_hash}`` of every file with rows (read from window-0 rows)."""
         tbl = self.table.search().where("window = 0").select(["path", "content_hash"]).limit(None).to_arrow()
         return dict(zip(tbl.column("path").to_pylist(), tbl.column("content_hash").to_pylist()))
+
+    def paths(self) -> frozenset[str]:
+        """Every indexed file's path, cached until the table's version changes (a write)."""
+        version = self.table.version
+        cached = self._paths
+        if cached is None or cached[0] != version:
+            tbl = self.table.search().where("chunk_index = 0 AND window = 0").select(["path"]).limit(None).to_arrow()
+            cached = self._paths = (version, frozenset(tbl.column("path").to_pylist()))
+        return cached[1]
+
+    def first_rows(self, paths: list[str]) -> list[dict[str, Any]]:
+        """Each of ``paths``' first chunk row (chunk 0, window 0), in no particular order."""
+        if not paths:
+            return []
+        q = self.table.search().where(f"{path_filter(paths)} AND chunk_index = 0 AND window = 0", prefilter=True)
+        return q.select(SEARCH_COLUMNS).limit(len(paths) * 2).to_list()
 
     def counts(self) -> dict[str, int]:
         rows = self.table.count_rows()

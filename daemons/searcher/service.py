@@ -17,6 +17,7 @@ import zmq
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.keywords import query_keywords
+from daemons.lib.mentions import mentions
 from daemons.lib.log import configure
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, to_candidates
@@ -123,6 +124,7 @@ class Searcher:
         return hybrid_search(
             store, keyword_query, vector, req.focus_paths,
             vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
+            mentioned=mentions(req.question) if self.s.path_mentions else (),
             role_weights=role_weights(req.question, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
         )
 
