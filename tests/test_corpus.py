@@ -222,3 +222,37 @@ def test_blobs_and_missing_paths_read_through_one_batch_process(history) -> None
         assert [c.sha for c in repo.commits(info["child"])] == [info["child"], info["parent"]]
     finally:
         repo.close()
+
+
+def _mined_row(commit: str, query: str, pos: list[str], neg: list[str]) -> dict:
+    def p(text: str, i: int) -> dict:
+        return {"path": f"pkg/m{i}.py", "start": 1 + i, "end": 5 + i, "text": text}
+
+    return {"kind": "change", "commit": commit, "parent": "0" * 40, "query": query,
+            "positives": [p(t, i) for i, t in enumerate(pos)], "negatives": [p(t, 10 + i) for i, t in enumerate(neg)]}
+
+
+def test_the_pack_stores_each_passage_once_and_is_deterministic(tmp_path: Path) -> None:
+    """Passages shared by queries are stored once, queries refer to them by id with provenance, and the same input gives the same bytes."""
+    from training.corpus.pack import build, read_pack
+
+    rows = {"a/x": [_mined_row("c1", "add retry to the pool", ["def retry(): ...", "def pool(): ..."], ["def other(): ..."]),
+                    _mined_row("c2", "fix the pool size check", ["def pool(): ..."], ["def other(): ...", "def more(): ..."])],
+            "b/y": [_mined_row("c3", "parse the header line", ["def parse(): ..."], ["def other(): ..."])]}
+    split = {"a/x": "train", "b/y": "validation"}
+    data, meta = build(rows, split, changes=10, docs=10, positives=3, negatives=4, manifest_digest="d")
+    assert build(rows, split, 10, 10, 3, 4, "d")[0] == data
+    path = tmp_path / "pack.jsonl.xz"
+    path.write_bytes(data)
+    meta2, passages, queries = read_pack(path)
+    assert meta2["queries"] == {"train_change": 2, "validation_change": 1} and meta == meta2 | {"t": "meta"}
+    assert sorted(passages) == sorted({"def retry(): ...", "def pool(): ...", "def other(): ...", "def more(): ...",
+                                       "def parse(): ..."})
+    by_query = {q["query"]: q for q in queries}
+    q = by_query["fix the pool size check"]
+    assert passages[q["pos"][0][0]] == "def pool(): ..." and q["pos"][0][1:] == ["pkg/m0.py", 1, 5]
+    assert [passages[n[0]] for n in q["neg"]] == ["def other(): ...", "def more(): ..."]
+    assert by_query["parse the header line"]["split"] == "validation" and q["commit"] == "c2" and q["repo"] == "a/x"
+    # caps: one change query per repository, one negative each
+    _, small = build(rows, split, changes=1, docs=1, positives=1, negatives=1, manifest_digest="d")
+    assert small["queries"] == {"train_change": 1, "validation_change": 1}

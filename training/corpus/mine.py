@@ -34,6 +34,7 @@ import gzip
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -57,7 +58,7 @@ NEGATIVES = 4
 #: Candidate files taken from the whole-file index for a change's negatives.
 CANDIDATE_FILES = 6
 #: Files of the parent scored for negatives when none of the candidates exists there.
-FALLBACK_FILES = 40
+FALLBACK_FILES = 12
 MAX_FILE_BYTES = 512 * 1024
 
 
@@ -115,6 +116,17 @@ class Miner:
         self.repo = repo
         self.snap = snapshot
         self._chunks: dict[str, list[Chunk]] = {}
+        self._tokens: dict[tuple[str, str], list[str]] = {}
+
+    def tokens(self, text: str, path: str) -> list[str]:
+        """``_tokens``, cached: the same chunk is scored at many commits."""
+        key = (path, text)
+        hit = self._tokens.get(key)
+        if hit is None:
+            if len(self._tokens) > 200000:
+                self._tokens.clear()
+            hit = self._tokens[key] = _tokens(text, path)
+        return hit
 
     def chunks_at(self, commit: str, path: str) -> list[Chunk] | None:
         """The product's chunks of ``path`` at ``commit`` (cached by blob), None if absent."""
@@ -161,7 +173,7 @@ class Miner:
         for path in cand:
             chunks = self.chunks_at(parent, path)
             for c in chunks or ():
-                s = self.snap.chunk_index.score_with(q, _tokens(c.full_text, path))
+                s = self.snap.chunk_index.score_with(q, self.tokens(c.full_text, path))
                 if s > 0:
                     scored.append((s, Passage(path, c.start_line, c.end_line, c.full_text)))
         scored.sort(key=lambda x: (-x[0], x[1].path, x[1].start))
@@ -253,7 +265,11 @@ def mine_repo(entry: dict, mirror: Path, out: Path, max_changes: int, max_docs: 
     for sha, parent, question, _ in order:
         if len(changes) >= max_changes:
             break
-        changed = repo.changed_files(parent, sha)
+        try:
+            changed = repo.changed_files(parent, sha)
+        except subprocess.CalledProcessError:  # a parent the snapshot lacks (grafted or shallow history)
+            stats["git_error"] += 1
+            continue
         sources = [p for s, p in changed if s in ("M", "R") and rules.is_source(p)]
         touched = [p for s, p in changed if rules.is_source(p)]
         if not touched:
@@ -268,7 +284,11 @@ def mine_repo(entry: dict, mirror: Path, out: Path, max_changes: int, max_docs: 
         if not sources:
             stats["only_new_files"] += 1
             continue
-        row = miner.change(sha, parent, question, sources, stats)
+        try:
+            row = miner.change(sha, parent, question, sources, stats)
+        except subprocess.CalledProcessError:
+            stats["git_error"] += 1
+            continue
         if row is not None:
             changes.append(row)
     stats["change_queries"] = len(changes)
