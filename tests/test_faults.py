@@ -576,3 +576,31 @@ def test_short_load(stack: Supervised, ws) -> None:
     assert result["errors"] == 0, result["error_samples"]
     assert result["answered"] > 0
     stack.wait_indexed(root)
+
+
+@pytest.mark.timeout(300)
+def test_a_file_name_that_is_not_utf8_is_skipped_and_other_workspaces_go_on(stack: Supervised, ws) -> None:
+    """A file named with a non-UTF-8 byte is skipped with its reason; the watcher keeps its pid and another workspace's new file is indexed."""
+    root, wid = ws
+    pid = stack.pid("watcher")
+    with open(os.fsencode(root) + b"/bad\xff.py", "wb") as fh:
+        fh.write(module_text(5).encode())
+    (root / "after_bad.py").write_text(module_text(6))
+    other = make_workspace(stack.base / "w" / "utf8_other", n=2)
+    stack.add_workspace(other)
+    (other / "fresh.py").write_text(module_text(7))
+    stack.wait_indexed(other)
+    wait_until(lambda: "after_bad.py" in table_paths(stack, root), 60, 0.5, message=stack.tail)
+    assert stack.pid("watcher") == pid, "the watcher restarted on a file name"
+    assert "fresh.py" in table_paths(stack, other)
+    assert not [p for p in table_paths(stack, root) if p.startswith("bad")]
+    log = stack.log_text("watcher")
+    assert "file_skipped" in log and "not valid UTF-8" in log
+    os.unlink(os.fsencode(root) + b"/bad\xff.py")
+
+
+def table_paths(stack: Supervised, root: Path) -> set[str]:
+    store = open_table(stack.settings.data_dir, root)
+    if store is None:
+        return set()
+    return set(store.table.search().select(["path"]).limit(None).to_arrow().column("path").to_pylist())

@@ -239,3 +239,49 @@ def test_sigterm_leaves_no_worker_processes(make_pool):
     assert pool.terminate() == 0
     assert not any(_alive(pid) for pid in st["worker_pids"])
     assert _pids_with_runtime_dir(pool.env["WSCTX_RUNTIME_DIR"]) == []
+
+
+@pytest.mark.timeout(180)
+def test_a_forged_worker_frame_is_dropped_and_the_broker_stays_up(make_pool):
+    """A peer that takes the next worker id and sends READY with broken JSON is logged as a bad frame; the broker keeps its pid and answers."""
+    import threading
+
+    import zmq
+
+    from daemons.reranker import frames as F
+
+    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="1", WSCTX_RERANKER_IDLE_S="1", WSCTX_HEARTBEAT_S="0.3")
+    ctx = zmq.Context.instance()
+    forger = ctx.socket(zmq.DEALER)
+    forger.setsockopt(zmq.ROUTING_ID, b"w2")  # the id the broker gives its second worker
+    forger.setsockopt(zmq.LINGER, 0)
+    forger.connect(pool.settings.endpoint("reranker.workers"))
+    try:
+        forger.send_multipart([F.MAGIC, F.HB])  # the broker does not know w2 yet: it answers STOP
+        assert forger.poll(10000) and forger.recv_multipart()[1] == F.STOP
+        assert len(pool.rerank(_passages(2)).scores) == 2  # worker w1
+        pool.wait_status(lambda st: not st["workers"])  # w1 idles out
+        answered: list[object] = []
+        second = threading.Thread(target=lambda: answered.append(_try_rerank(pool)), daemon=True)
+        second.start()  # the broker spawns w2, whose real connection finds the id taken
+        pool.wait_status(lambda st: any(w["id"] == "w2" for w in st["workers"]))
+        for frame in ([F.MAGIC, F.READY, b"{not json"], [F.MAGIC, F.READY, b"[1, 2]"],
+                      [F.MAGIC, F.READY, b'{"pid": "x"}'], [F.MAGIC, F.RESULT, b"job", b"\xff"]):
+            forger.send_multipart(frame)
+        deadline = time.monotonic() + 20
+        while pool.log_text().count("bad_worker_frame") < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pool.log_text().count("bad_worker_frame") >= 4
+        assert pool.proc.poll() is None, pool.log_text()[-2000:]
+        assert pool.status()["workers"] is not None
+    finally:
+        forger.close()
+    second.join(timeout=120)
+    assert pool.proc.poll() is None
+
+
+def _try_rerank(pool: Pool) -> object:
+    try:
+        return pool.rerank(_passages(2), timeout_ms=90000)
+    except Exception as exc:  # noqa: BLE001 - the outcome is only recorded
+        return exc

@@ -64,8 +64,26 @@ def sniff(data: bytes, max_bytes: int) -> FileVerdict:
     return FileVerdict(True, content_hash=content_hash(data), size=len(data))
 
 
+#: The skip reason of a file whose path holds bytes that are not UTF-8.
+NOT_UTF8_NAME = "file name is not valid UTF-8"
+
+
+def is_utf8_path(path: str) -> bool:
+    """Whether ``path`` encodes as UTF-8 (a name decoded from other bytes holds lone surrogates)."""
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def read_file(path: Path, max_bytes: int) -> tuple[FileVerdict, bytes | None]:
-    """Read and sniff one file; return the verdict and, when it is indexable, the bytes judged."""
+    """Read and sniff one file; return the verdict and, when it is indexable, the bytes judged.
+
+    A path that is not valid UTF-8 (``os.fsdecode`` left a surrogate for the byte) is skipped: no
+    message can carry it, and the skip names the reason."""
+    if not is_utf8_path(str(path)):
+        return FileVerdict(False, NOT_UTF8_NAME), None
     try:
         st = path.stat()
         if st.st_size > max_bytes:

@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import zmq
 
 from daemons.lib import runtime
@@ -237,23 +238,32 @@ class Broker:
                 except zmq.ZMQError:
                     pass
             return
+        # decode before anything changes: a malformed or forged frame (worker ids are predictable)
+        # is logged and dropped like any other socket's garbage, and never refreshes liveness
+        try:
+            info = F.unpack(rest[0]) if cmd in (F.READY, F.FAIL, F.BYE) and rest else {}
+            body = F.unpack(rest[1]) if cmd in (F.RESULT, F.ERROR) and len(rest) >= 2 else {}
+            pid = int(info.get("pid", w.pid))
+            scores = [float(x) for x in body.get("scores") or []] if cmd == F.RESULT else []
+            score_ms = float(body.get("ms", 0.0))
+        except (msgspec.MsgspecError, ValueError, TypeError) as exc:
+            self.log.warning("bad_worker_frame", worker=ident.decode(errors="replace"), command=cmd.decode(errors="replace")[:16], error=str(exc)[:200])
+            self.stats.incr("workers.bad_frames")
+            return
         now = time.monotonic()
         w.expiry = now + self.hb * F.LIVENESS if w.ready or cmd == F.READY else w.expiry
         if cmd == F.HB:
             return
         if cmd == F.READY:
-            info = F.unpack(rest[0]) if rest else {}
-            w.ready, w.pid = True, int(info.get("pid", w.pid))
+            w.ready, w.pid = True, pid
             w.model_id = self.model_id = str(info.get("model_id", ""))
             self.model_error, self.fail_until = "", 0.0
             self.idle.append(ident)
             self.log.info("worker_ready", worker=ident.decode(), worker_pid=w.pid, load_ms=info.get("load_ms"), startup_ms=round((now - w.started) * 1000, 1))
         elif cmd == F.FAIL:
-            info = F.unpack(rest[0]) if rest else {}
             self.workers.pop(ident, None)
             self.startup_failed(str(info.get("reason", "unknown reason")))
         elif cmd == F.BYE:
-            info = F.unpack(rest[0]) if rest else {}
             self.drop(w, f"bye_{info.get('reason', '?')}")
         elif cmd in (F.RESULT, F.ERROR) and len(rest) >= 2:
             part = w.job
@@ -267,17 +277,15 @@ class Broker:
             req = part.req
             if req.msg_id not in self.active:
                 return  # answered already (timeout)
-            body = F.unpack(rest[1])
             if cmd == F.ERROR:
                 self.finish_error(req, "internal", f"scoring failed: {body.get('message', '')}")
                 return
-            scores = body.get("scores") or []
             if len(scores) != part.end - part.start:
                 self.finish_error(req, "internal", f"worker returned {len(scores)} scores for {part.end - part.start} passages")
                 return
-            req.scores[part.start : part.end] = [float(x) for x in scores]
+            req.scores[part.start : part.end] = scores
             req.workers_used.add(ident)
-            req.score_ms = max(req.score_ms, float(body.get("ms", 0.0)))
+            req.score_ms = max(req.score_ms, score_ms)
             req.model_id = w.model_id
             if all(p.done for p in req.parts):
                 self.finish_ok(req)

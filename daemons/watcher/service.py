@@ -199,7 +199,13 @@ class Watcher:
 
     def _send(self, body: FileChanged | FileDeleted, ws: WorkspaceState, rel: str, h: str, now: float) -> int:
         try:
-            self.push.send_multipart(envelope.encode(body, sender="watcher"), flags=zmq.NOBLOCK)
+            frames = envelope.encode(body, sender="watcher")
+        except (UnicodeEncodeError, ValueError) as exc:  # a path no message can carry: never crash-loop on it
+            self.log.warning("event_not_encodable", workspace=ws.wid, path=ascii(rel), error=str(exc))
+            self.stats.incr("events.not_encodable")
+            return 0
+        try:
+            self.push.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
             self.stats.incr("events.dropped")  # the next reconcile sends it again
             return 0
