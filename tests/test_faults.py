@@ -604,3 +604,16 @@ def table_paths(stack: Supervised, root: Path) -> set[str]:
     if store is None:
         return set()
     return set(store.table.search().select(["path"]).limit(None).to_arrow().column("path").to_pylist())
+
+
+@pytest.mark.timeout(300)
+def test_a_backslash_in_a_file_name_is_indexed_and_nothing_stays_pending(stack: Supervised, ws) -> None:
+    """``names/back\\slash.py`` is an ordinary POSIX name: it is indexed, and the workspace reaches zero pending."""
+    root, wid = ws
+    (root / "names").mkdir()
+    (root / "names" / "back\\slash.py").write_text(module_text(4))
+    (root / "names" / "..\\up.py").write_text(module_text(5))
+    stack.wait_indexed(root)
+    assert {"names/back\\slash.py", "names/..\\up.py"} <= table_paths(stack, root)
+    wait_until(lambda: stack.status("watcher").details["workspaces"][wid]["pending"] == 0, 60, 0.5,
+               message=lambda: str(stack.status("watcher").details))

@@ -121,7 +121,9 @@ def check_event(registry: Registry, workspace: str, root: str, path: str) -> str
         raise UnknownWorkspace(f"event for unregistered workspace {workspace!r}")
     if root != registered and str(Path(root).resolve()) != str(Path(registered).resolve()):
         raise BadMessage(f"event root {root!r} is not the root of workspace {workspace!r}")
-    if not path or "\x00" in path or os.path.isabs(path) or "\\" in path:
+    # a backslash is an ordinary character of a POSIX file name (``back\\slash.py``), never a
+    # separator here: only "/" splits, and ".." parts are refused below
+    if not path or "\x00" in path or os.path.isabs(path):
         raise BadMessage(f"bad path {path!r} in event")
     parts = PurePosixPath(path).parts
     if any(p in ("..", ".") for p in parts):
