@@ -706,6 +706,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from protocol.errors import ProtocolError, Timeout
 
     settings = _settings(args)
+    if args.question == "-":  # a long issue text: an argument that size fails with "Argument list too long"
+        args.question = sys.stdin.read()
     if not args.question.strip():
         raise CLIError("the question is empty")
     wid = ""
@@ -874,7 +876,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-n", "--lines", type=int, default=20, help="lines per file (default 20)")
 
     sp = add("ask", cmd_ask, "ask the front a question and print the code blocks and the context line")
-    sp.add_argument("question")
+    sp.add_argument("question", help="the question; - reads it from standard input")
     sp.add_argument("--workspace", "-w", default=None, help="id or a path inside it (default: the one containing cwd, or the only one)")
     sp.add_argument("--file", default=None, help="the active editor's file")
     sp.add_argument("--visible", nargs="+", action="extend", default=[], metavar="F", help="files in visible editors")

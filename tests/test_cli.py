@@ -328,8 +328,9 @@ def test_keys_makes_a_curve_pair(tmp_path, capsys):
 # --------------------------------------------------------------------------- the real thing
 
 
-def _wsctx(env: dict[str, str], *args: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "daemons.cli", *args], env=env, cwd=str(REPO), capture_output=True, text=True, timeout=timeout)
+def _wsctx(env: dict[str, str], *args: str, timeout: float = 200, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "daemons.cli", *args], env=env, cwd=str(REPO), capture_output=True, text=True,
+                          timeout=timeout, input=stdin)
 
 
 @pytest.mark.timeout(240)
@@ -376,6 +377,11 @@ def test_up_add_status_ask_down():
             assert reply["context_line"]
             if "searcher" in daemons:
                 assert any(b["path"] == "src/net.py" for b in reply["blocks"] + reply.get("near_misses", [])), reply
+            # a question too long for an argument comes on standard input
+            long_question = "where is the retry logic?\n" + "the request is retried after a timeout, " * 1500
+            piped = _wsctx(env, "ask", "-", "--json", "--timeout", "60", stdin=long_question)
+            assert piped.returncode == 0, piped.stdout + piped.stderr
+            assert json.loads(piped.stdout)["searched_query"] == long_question.strip()
 
         logs = _wsctx(env, "logs", daemons[0], "-n", "3")
         assert logs.returncode == 0 and logs.stdout.strip(), logs.stderr

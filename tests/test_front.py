@@ -347,6 +347,23 @@ def test_context_line_reports_query_reranked_kept_near_misses_and_degraded(stack
 
 
 @pytest.mark.timeout(120)
+def test_a_question_over_the_limit_is_refused_at_once_and_a_long_one_is_answered_with_a_short_context_line(stack):
+    """A question over MAX_QUESTION_CHARS gets bad_message naming the limit at once; a 60,000-character one is answered, its context line quoting only the head."""
+    from daemons.front.service import MAX_QUESTION_CHARS
+    from daemons.lib.assembly import CONTEXT_QUERY_CHARS
+
+    t0 = time.monotonic()
+    with pytest.raises(BadMessage) as info:
+        stack.ask("x " * (MAX_QUESTION_CHARS // 2 + 1))
+    assert f"the limit is {MAX_QUESTION_CHARS}" in info.value.message and time.monotonic() - t0 < 10
+    long_question = "how is the config file parsed? " + "the parser reads every section and key " * 1500
+    reply = stack.ask(long_question)
+    assert len(long_question) > 50_000 and code_blocks(reply)
+    assert len(reply.context_line) < CONTEXT_QUERY_CHARS + 2000
+    assert 'searched "how is the config file parsed?' in reply.context_line and "…" in reply.context_line
+
+
+@pytest.mark.timeout(120)
 def test_stages_are_timed(stack):
     """The reply's stages include search, rerank, widen and assemble, each with a timing."""
     reply = stack.ask("where are auth tokens stored?")

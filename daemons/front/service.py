@@ -49,6 +49,11 @@ from protocol.schema import (
 
 DEGRADED_SEARCHER_DOWN = "keywords only (searcher unavailable: searched in the front)"
 MAX_BUFFERS_CHARS = 8_000_000
+#: The longest question answered, in characters: a long issue with its traceback is a few thousand
+#: (the longest SWE-bench Lite issue is 25,000). Longer ones get bad_message at once, before any
+#: work, so that the reply (which repeats the question in ``searched_query`` and ``prompt``) stays
+#: far under the message cap.
+MAX_QUESTION_CHARS = 100_000
 
 
 class Front:
@@ -101,6 +106,8 @@ class Front:
         def stage(name: str, t0: float, **detail: Any) -> None:
             stages.append(Stage(name=name, ms=round((time.perf_counter() - t0) * 1000, 2), detail=detail))
 
+        if len(req.question) > MAX_QUESTION_CHARS:
+            raise BadMessage(f"question is {len(req.question)} characters; the limit is {MAX_QUESTION_CHARS}")
         if not req.question.strip():
             raise BadMessage("empty question")
         if sum(len(v) for v in req.buffers.values()) > MAX_BUFFERS_CHARS:

@@ -344,6 +344,10 @@ def _probs(items: Sequence[tuple[str, float | None]]) -> str:
     return ", ".join(lab if prob is None else f"{lab} {prob:.2f}" for lab, prob in items)
 
 
+#: The question is quoted in the context line up to this many characters.
+CONTEXT_QUERY_CHARS = 300
+
+
 def context_line(
     searched_query: str,
     reranked_count: int,
@@ -352,14 +356,18 @@ def context_line(
     degraded: Sequence[str] = (),
     notes: Sequence[str] = (),
 ) -> str:
-    """One line: the query as searched, candidates reranked, kept hits, near misses, notes, degraded modes.
+    """One line: the query as searched (cut to ``CONTEXT_QUERY_CHARS``), candidates reranked, kept hits,
+    near misses, notes, degraded modes.
 
     Segments are joined by `` · ``; ``kept none`` when nothing was kept; the
     near-miss segment is left out when there are none; one segment per note
     (e.g. :func:`weights_note`) and per degraded mode (e.g.
     :data:`DEGRADED_KEYWORDS_ONLY`). Never contains a newline.
     """
-    query = " ".join(searched_query.split()).replace('"', '\\"')
+    query = " ".join(searched_query.split())
+    if len(query) > CONTEXT_QUERY_CHARS:  # the reply's searched_query and prompt hold it whole
+        query = query[:CONTEXT_QUERY_CHARS].rstrip() + "…"
+    query = query.replace('"', '\\"')
     segs = [f'searched "{query}"', f"reranked {reranked_count}"]
     segs.append(f"kept {_probs(kept)}" if kept else "kept none")
     if near_misses:
