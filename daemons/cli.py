@@ -14,6 +14,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -194,6 +195,45 @@ def processes_for(runtime_dir: str) -> list[int]:
         if needle in env and stat_fields and stat_fields[0] != "Z":
             out.append(int(entry.name))
     return sorted(out)
+
+
+#: Command-line modules that are ours to stop: the six daemons and the reranker's workers.
+_DAEMON_CMD = re.compile(rb"\0-m\0daemons\.(watcher|chunker|embedder|searcher|reranker|front|reranker\.worker)\0")
+
+
+def daemon_processes(runtime_dir: str, supervisor_pid: int | None = None) -> list[int]:
+    """The processes ``wsctx down`` may end: supervisord (its pid file) and its descendants, and,
+    among the processes of this runtime dir, only those whose command line is one of our daemons
+    or workers (an orphan left by a killed supervisord). A ``wsctx logs -f`` or a shell that
+    merely has the runtime dir in its environment is never one of them."""
+    ours: set[int] = set()
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    try:  # a stale pid file may name a pid that some other program now has
+        is_supervisord = b"supervisord" in Path(f"/proc/{supervisor_pid}/cmdline").read_bytes() if supervisor_pid else False
+    except OSError:
+        is_supervisord = False
+    if supervisor_pid and is_supervisord and supervisor_pid in parents:
+        ours.add(supervisor_pid)
+        grew = True
+        while grew:
+            new = {pid for pid, ppid in parents.items() if ppid in ours and pid not in ours}
+            ours |= new
+            grew = bool(new)
+    for pid in processes_for(runtime_dir):
+        try:
+            cmd = b"\0" + Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if _DAEMON_CMD.search(cmd):
+            ours.add(pid)
+    ours.discard(os.getpid())
+    return sorted(ours)
 
 
 def _alive(pid: int) -> bool:
@@ -492,8 +532,8 @@ def _wait_up(settings, daemons: Sequence[str], timeout_s: float, child: subproce
 def cmd_down(args: argparse.Namespace) -> int:
     settings = _settings(args)
     conf = supervisor_conf(settings)
-    pids = set(processes_for(settings.runtime_dir))
     sup_pid = _supervisor_pid(settings)
+    pids = set(daemon_processes(settings.runtime_dir, sup_pid))
     if supervisor_state(settings) is None:
         left = [p for p in pids if _alive(p)]
         if not left:
@@ -512,7 +552,7 @@ def cmd_down(args: argparse.Namespace) -> int:
             raise CLIError(f"supervisorctl shutdown failed: {(done.stderr or done.stdout).strip()}")
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
-        pids |= set(processes_for(settings.runtime_dir))
+        pids |= set(daemon_processes(settings.runtime_dir, sup_pid))
         left = sorted(p for p in pids if _alive(p))
         if not left:
             print("wsctx is down")

@@ -386,10 +386,18 @@ def test_up_add_status_ask_down():
         logs = _wsctx(env, "logs", daemons[0], "-n", "3")
         assert logs.returncode == 0 and logs.stdout.strip(), logs.stderr
         assert all(json.loads(line) for line in logs.stdout.splitlines())
+        # a log follower in another terminal has the runtime dir in its environment, but is no daemon
+        follower = subprocess.Popen([sys.executable, "-m", "daemons.cli", "logs", "-f"], env=env, cwd=str(REPO),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     finally:
         down = _wsctx(env, "down", "--timeout", "60")
+        follower_survived = follower.poll() is None if "follower" in locals() else None
+        if "follower" in locals():
+            follower.kill()
+            follower.wait()
         left = cli.processes_for(run_dir)
         shutil.rmtree(base, ignore_errors=True)
     assert down.returncode == 0, down.stdout + down.stderr
+    assert follower_survived, "wsctx down ended a process that is not one of its daemons"
     assert "wsctx is down" in down.stdout
     assert left == [], f"processes left running: {left}"
