@@ -373,7 +373,9 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
         elif statuses.get("watcher") is None:
             problems.append("watcher is down: files on disk and pending work unknown")
         else:
-            problems.append("watcher has not picked this workspace up yet")
+            busy = ((statuses.get("watcher") or {}).get("details") or {}).get("reconciling")
+            problems.append(f"watcher is walking workspace {busy['workspace']} ({busy['for_s']:g} s so far)" if busy
+                            else "watcher has not picked this workspace up yet")
         if e is not None:
             if e.get("problem"):
                 problems.append(str(e["problem"]) + f" (run `wsctx rebuild {wid}`)")

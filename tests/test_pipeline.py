@@ -360,3 +360,30 @@ def test_changed_chunk_size_needs_rebuild_then_rebuilds(pipeline):
     texts = [r["text"] for r in store.table.search().where("window = 0").select(["text"]).limit(None).to_list()]
     assert texts and max(len(t) for t in texts) <= 500 + 100 + 100  # chunk + leading context + slack
     assert len(texts) > len({r["id"].split("|")[0] for r in before})  # smaller chunks: more of them than files
+
+
+@pytest.mark.timeout(300)
+def test_a_busy_watcher_answers_status_within_the_cli_timeout(daemons, env, workspace):
+    """While the watcher walks 10,000 files, every status request is answered within the CLI's 0.7 s, naming the workspace being reconciled."""
+    from daemons.lib import runtime
+    from protocol.schema import StatusRequest
+
+    for i in range(100):
+        folder = workspace / f"pkg{i:03d}"
+        folder.mkdir()
+        for j in range(100):
+            (folder / f"m{j:03d}.py").write_text(f"VALUE_{i}_{j} = {i * j}\n")
+    d: Daemons = daemons(["watcher"], env)
+    wid = register(d.data_dir, workspace)
+    d.start()
+    answered, busy, started = 0, 0, time.monotonic()
+    while True:
+        details = runtime.control_request(d.control_endpoint("watcher"), StatusRequest(), timeout_ms=700).body.details
+        answered += 1
+        busy += bool(details.get("reconciling"))
+        ws = details["workspaces"].get(wid)
+        if ws and ws["last_reconcile"] and ws["files"] == 10_000:
+            break
+        assert time.monotonic() - started < 240, details
+        time.sleep(0.05)
+    assert busy >= 1 and answered > busy, (answered, busy)
