@@ -387,3 +387,25 @@ def test_a_busy_watcher_answers_status_within_the_cli_timeout(daemons, env, work
         assert time.monotonic() - started < 240, details
         time.sleep(0.05)
     assert busy >= 1 and answered > busy, (answered, busy)
+
+
+@pytest.mark.timeout(300)
+def test_a_workspace_folder_deleted_and_made_again_is_watched_again(pipeline, env):
+    """After the workspace folder is deleted and created again, its new files and later edits are indexed without waiting for the periodic reconcile."""
+    import shutil
+
+    d, root, wid = pipeline
+    (root / "first.py").write_text(py_module(1))
+    d.start(WSCTX_RECONCILE_INTERVAL_S="300")  # the periodic reconcile must not be what finds them
+    wait_synced(d, root)
+    shutil.rmtree(root)
+    wait_until(lambda: not indexed_paths(d, root), 60, message=d.log_tail)
+    root.mkdir()
+    (root / "second.py").write_text(py_module(2))
+    wait_synced(d, root, 60)
+    assert indexed_paths(d, root) == {"second.py"}
+    time.sleep(1)
+    (root / "second.py").write_text(py_module(3))  # an edit, seen only through a live watch
+    (root / "third.py").write_text(py_module(4))
+    wait_synced(d, root, 60)
+    assert indexed_paths(d, root) == {"second.py", "third.py"}

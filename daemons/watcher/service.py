@@ -44,6 +44,9 @@ class WorkspaceState:
     skipped: dict[str, str] = field(default_factory=dict)
     last_reconcile: float = 0.0
     watch: Any = None
+    #: the root folder's inode when the watch was armed (None: no folder then); a different one
+    #: means the folder was deleted and made again, and the old watch sees nothing of it
+    root_ino: int | None = None
 
     def pending(self) -> int:
         changed = sum(1 for p, h in self.disk.items() if self.table.get(p) != h)
@@ -97,14 +100,44 @@ class Watcher:
             self.log.warning("workspace_missing", workspace=wid, root=root)
             return
         ws = WorkspaceState(wid, rootp.resolve(), WorkspaceFilter(rootp, self.s.include_globs, self.s.exclude_globs, self.s.max_file_bytes))
-        try:
-            ws.watch = self.observer.schedule(_Handler(self, wid), str(ws.root), recursive=True)
-        except OSError as exc:  # inotify limits: the periodic reconcile still keeps it fresh
-            self.log.warning("watch_failed", workspace=wid, error=str(exc))
+        self._arm(ws)
         with self.lock:
             self.workspaces[wid] = ws
         self.want_reconcile(wid)
         self.log.info("workspace_added", workspace=wid, root=str(ws.root))
+
+    def _arm(self, ws: WorkspaceState) -> None:
+        """(Re)start the recursive watch on the workspace's root, noting the root's inode."""
+        if ws.watch is not None:
+            try:
+                self.observer.unschedule(ws.watch)
+            except Exception:  # noqa: BLE001 - the watch may already be gone with its folder
+                pass
+            ws.watch = None
+        try:
+            ws.root_ino = ws.root.stat().st_ino
+            ws.watch = self.observer.schedule(_Handler(self, ws.wid), str(ws.root), recursive=True)
+        except OSError as exc:  # inotify limits: the periodic reconcile still keeps it fresh
+            self.log.warning("watch_failed", workspace=ws.wid, error=str(exc))
+
+    def _check_roots(self) -> None:
+        """A root folder deleted is reconciled at once (its rows go); one that is back, or made
+        again under the same name, gets a new watch and a reconcile, instead of waiting for the
+        periodic one with a watch that sees nothing."""
+        for ws in self.workspaces.values():
+            try:
+                ino: int | None = ws.root.stat().st_ino if ws.root.is_dir() else None
+            except OSError:
+                ino = None
+            if ino == ws.root_ino:
+                continue
+            if ino is None:
+                self.log.warning("workspace_gone", workspace=ws.wid, root=str(ws.root))
+                ws.root_ino = None
+            else:
+                self.log.info("workspace_back", workspace=ws.wid, root=str(ws.root))
+                self._arm(ws)
+            self.want_reconcile(ws.wid)
 
     def _drop(self, wid: str) -> None:
         ws = self.workspaces.pop(wid, None)
@@ -329,6 +362,7 @@ class Watcher:
             if time.monotonic() >= next_table_check:
                 next_table_check = time.monotonic() + 2.0
                 with self.lock:
+                    self._check_roots()
                     for ws in self.workspaces.values():
                         if ws.sent:
                             self._refresh_table(ws)
