@@ -123,7 +123,11 @@ def write_supervisor_conf(settings, args: argparse.Namespace, daemons: Sequence[
 
     try:
         prepare_runtime_dir(settings.runtime_dir)
-        log_dir(settings).mkdir(parents=True, exist_ok=True)
+        # the indexes hold the workspaces' code: data, indexes and logs are owner-only, as the
+        # runtime dir is (folders made by an older version are tightened here)
+        for folder in (Path(settings.data_dir), log_dir(settings), Path(settings.data_dir) / "indexes"):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(folder, 0o700)
     except OSError as exc:
         raise CLIError(f"cannot prepare {settings.runtime_dir} / {log_dir(settings)}: {exc}") from None
     values = supervisor_env(settings, args)

@@ -369,6 +369,10 @@ def test_up_add_status_ask_down():
             assert (w["files"], w["indexed_files"], w["pending"]) == (2, 2, 0), w
             assert w["chunks"] >= 2 and w["rows"] >= w["chunks"] and w["problems"] == []
             assert all(data["daemons"][d]["state"] == "up" for d in daemons)
+            # the data folder (registry, indexes, logs) is owner-only, every file and folder in it
+            data_dir = Path(env["WSCTX_DATA_DIR"])
+            loose = [str(p) for p in [data_dir, *data_dir.rglob("*")] if not p.is_symlink() and p.stat().st_mode & 0o077]
+            assert loose == [], loose[:10]
 
         if "front" in daemons:
             ask = _wsctx(env, "ask", "where is the retry logic?", "--json", "--timeout", "60")

@@ -43,7 +43,11 @@ QUIET_TYPES = frozenset({"status_request", "ping_request"})
 
 
 def prepare_runtime_dir(path: str) -> Path:
-    """Create the runtime directory owner-only (0700) and refuse one that others can enter."""
+    """Create the runtime directory owner-only (0700) and refuse one that others can enter.
+
+    Also sets the process umask to 077: every daemon calls this first, so the index, log and
+    registry files it creates afterwards (which hold or name the workspace's code) are owner-only."""
+    os.umask(0o077)
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True, mode=0o700)
     st = p.stat()
