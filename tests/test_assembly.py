@@ -185,3 +185,12 @@ def test_the_best_chunk_of_each_named_file_is_kept_below_the_threshold():
     kept, near = select_by_threshold([(p, prob) for p, _, prob in cands], always=always)
     assert kept == [("a.py", 0.5), ("n.py", 0.03), ("m.py", 0.02)]
     assert near == [("z.py", 0.04), ("n.py", 0.01)]
+
+
+def test_a_newline_in_a_file_name_cannot_split_a_label():
+    """Control characters of a path are written as escapes in labels, so a header stays one line; ordinary names are unchanged."""
+    from daemons.lib.assembly import span_label
+
+    assert span_label("src/a b/é.py", 3, 9) == "src/a b/é.py:3-9"
+    odd = span_label("names/new\nline\tand\rcr.py", 1, 2)
+    assert odd == "names/new\\nline\\tand\\rcr.py:1-2" and odd.isprintable()

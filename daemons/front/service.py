@@ -240,7 +240,7 @@ class Front:
             pct = int(100 * done / total) if total else 0
             degraded.append(f"index {pct}% built ({done} of {total} files, {progress['pending']} pending)")
         kept_labels = [(assembly.label(b), b.score if probs is not None else None) for b in blocks if b.kind == assembly.CODE and not b.team]
-        near_labels = [(f"{c.path}:{c.start_line}-{c.end_line}", p) for c, p in near]
+        near_labels = [(assembly.span_label(c.path, c.start_line, c.end_line), p) for c, p in near]
         weighted = assembly.weights_note((c.path, c.weight) for c in candidates)
         notes = [f"weighted {weighted}"] if weighted else []
         notes.append(assembly.named_note((c.path, c.ranks) for c in candidates))
@@ -254,7 +254,7 @@ class Front:
             self.stats.incr("questions.degraded")
         return AskReply(
             searched_query=searched, keyword_query=keyword_query, blocks=out_blocks,
-            near_misses=[NearMiss(label=f"{c.path}:{c.start_line}-{c.end_line}", path=c.path, start_line=c.start_line, end_line=c.end_line, probability=round(p, 4)) for c, p in near],
+            near_misses=[NearMiss(label=assembly.span_label(c.path, c.start_line, c.end_line), path=c.path, start_line=c.start_line, end_line=c.end_line, probability=round(p, 4)) for c, p in near],
             prompt=prompt, context_line=line, degraded=degraded, stages=stages,
             index={"workspace": wid, **progress},
         )

@@ -309,9 +309,22 @@ def budget(
     return kept
 
 
+def printable_path(path: str) -> str:
+    """``path`` with control characters (a newline, a tab, a carriage return...) written as
+    escapes, so that a file name cannot split a one-line label or header."""
+    if path.isprintable():
+        return path
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in path)
+
+
+def span_label(path: str, start_line: int, end_line: int) -> str:
+    """``path:start-end``, the path printable."""
+    return f"{printable_path(path)}:{start_line}-{end_line}"
+
+
 def label(block: Block | Hit) -> str:
-    """``path:start-end`` (``team:<name>:path:start-end`` for team blocks)."""
-    base = f"{block.path}:{block.start_line}-{block.end_line}"
+    """``span_label`` of the block (``team:<name>:path:start-end`` for team blocks)."""
+    base = span_label(block.path, block.start_line, block.end_line)
     if block.team:
         return f"team:{block.team_name}:{base}" if block.team_name else f"team:{base}"
     return base
