@@ -355,6 +355,7 @@ def format_daemons(statuses: dict[str, dict[str, Any] | None]) -> str:
 
 def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any]]:
     """Per registered workspace: files on disk, indexed files, chunks, rows, pending, last update, problems."""
+    from daemons.lib.store import table_mtime
     from daemons.lib.workspaces import Registry, index_dir
 
     watcher = ((statuses.get("watcher") or {}).get("details") or {}).get("workspaces") or {}
@@ -394,7 +395,7 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
             folder = index_dir(settings.data_dir, wid)
             counts = _table_counts(folder, settings, problems)
             if counts:
-                entry.update(chunks=counts["chunks"], rows=counts["rows"], last_update=_table_mtime(folder))
+                entry.update(chunks=counts["chunks"], rows=counts["rows"], last_update=table_mtime(folder))
                 if entry["indexed_files"] is None:
                     entry["indexed_files"] = counts["files"]
         out[wid] = entry
@@ -415,16 +416,6 @@ def _table_counts(folder: Path, settings, problems: list[str]) -> dict[str, int]
         return store.counts()
     except Exception as exc:  # noqa: BLE001 - a table being rebuilt or written right now
         problems.append(f"cannot read the table: {exc}")
-        return None
-
-
-def _table_mtime(folder: Path) -> float | None:
-    """When the table last got a new version (its ``_versions`` folder changes on every commit)."""
-    from daemons.lib.store import TABLE
-
-    try:
-        return (folder / f"{TABLE}.lance" / "_versions").stat().st_mtime
-    except OSError:
         return None
 
 

@@ -113,3 +113,21 @@ def test_files_left_without_a_whole_file_document_are_filled_at_the_next_open(tm
     assert [r["path"] for r in store.file_keyword_search("f1", 5)] == ["a.py"]
     reopened = IndexStore.open_writer(tmp_path / "ix", META)
     assert sorted(r["path"] for r in reopened.file_keyword_search("f1", 5)) == ["a.py", "b.py"]
+
+
+@pytest.mark.timeout(120)
+def test_a_reopened_table_reports_its_last_write_not_never(tmp_path) -> None:
+    """After a restart the store's last update is its table's last commit time, not 0 ("never"); a new table's is its creation."""
+    import os
+    import time
+
+    rng = np.random.default_rng(0)
+    store = IndexStore.open_writer(tmp_path / "ix", META)
+    store.replace_file("a.py", rows("a.py", "h1", 2, rng))
+    written = store.last_update
+    versions = tmp_path / "ix" / f"{TABLE}.lance" / "_versions"
+    past = time.time() - 3600
+    os.utime(versions, (past, past))  # as if written an hour ago, before the restart
+    for reopened in (IndexStore.open_writer(tmp_path / "ix", META), IndexStore.open_reader(tmp_path / "ix")):
+        assert reopened.last_update == pytest.approx(past, abs=1)
+    assert written > past

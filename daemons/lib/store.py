@@ -88,6 +88,15 @@ def path_filter(paths: Iterable[str]) -> str:
 SEARCH_COLUMNS = ["id", "chunk_id", "path", "content_hash", "chunk_index", "window", "start_line", "end_line", "language", "text"]
 
 
+def table_mtime(folder: Path) -> float | None:
+    """When the table in ``folder`` last got a new version (its ``_versions`` folder changes on
+    every commit), or None when there is none."""
+    try:
+        return (Path(folder) / f"{TABLE}.lance" / "_versions").stat().st_mtime
+    except OSError:
+        return None
+
+
 class IndexStore:
     """A workspace's table. Open with ``open_writer`` (creates) or ``open_reader`` (None if absent)."""
 
@@ -97,7 +106,9 @@ class IndexStore:
         self.db = db
         self._lock = threading.Lock()
         self._writes_since_optimize = 0
-        self.last_update = 0.0
+        #: when the table last changed: its last commit's time on disk when opened (so a restart
+        #: does not read as "never"), then the time of each write
+        self.last_update = table_mtime(folder) or 0.0
         #: files given their whole-file document when the writer opened the table (an older table)
         self.file_keywords_filled = 0
         self._paths: tuple[int, frozenset[str]] | None = None
