@@ -45,8 +45,11 @@ def _settings(args: argparse.Namespace):
         overrides["runtime_dir"] = os.path.abspath(args.runtime_dir)
     if getattr(args, "data_dir", None):
         overrides["data_dir"] = os.path.abspath(args.data_dir)
+    config = getattr(args, "config", None)
+    if config and not Path(config).is_file():
+        raise CLIError(f"config file {config} does not exist")
     try:
-        return load_settings(config_file=getattr(args, "config", None), **overrides)
+        return load_settings(config_file=config, **overrides)
     except (ValueError, OSError) as exc:
         raise CLIError(f"bad settings: {exc}") from None
 
@@ -743,6 +746,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from protocol.errors import ProtocolError, Timeout
 
     settings = _settings(args)
+    from daemons.lib.config import check_range
+
+    for flag, name, value in (("--threshold", "rerank_threshold", args.threshold), ("--snippets", "snippet_count", args.snippets),
+                              ("--budget", "budget_chars", args.budget)):
+        problem = check_range(name, value) if value is not None else ""
+        if problem:
+            raise CLIError(f"{flag}: {problem}")
     if args.question == "-":  # a long issue text: an argument that size fails with "Argument list too long"
         args.question = sys.stdin.read()
     if not args.question.strip():

@@ -364,6 +364,17 @@ def test_a_question_over_the_limit_is_refused_at_once_and_a_long_one_is_answered
 
 
 @pytest.mark.timeout(120)
+def test_out_of_range_question_settings_are_refused_with_the_range(stack):
+    """A threshold outside [0, 1] or a snippet count under 1 in a request is bad_message saying the valid range."""
+    for kw, message in (({"threshold": 5.0}, "rerank_threshold must be between 0 and 1, not 5"),
+                        ({"threshold": -1.0}, "rerank_threshold must be between 0 and 1, not -1"),
+                        ({"snippet_count": 0}, "snippet_count must be at least 1, not 0")):
+        with pytest.raises(BadMessage) as info:
+            stack.ask("how is the config file parsed?", **kw)
+        assert message in info.value.message
+
+
+@pytest.mark.timeout(120)
 def test_stages_are_timed(stack):
     """The reply's stages include search, rerank, widen and assemble, each with a timing."""
     reply = stack.ask("where are auth tokens stored?")

@@ -20,7 +20,7 @@ import zmq
 from daemons.lib import assembly, runtime
 from daemons.lib.assembly import Hit
 from daemons.lib.chunking import language_for_path
-from daemons.lib.config import Settings, load_settings
+from daemons.lib.config import Settings, check_range, load_settings
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.fusion import rerank_order
@@ -123,6 +123,11 @@ class Front:
         focus = focus_files(active, visible, self.conversations.previous_files(req.conversation_id), open_docs, limit=self.s.focus_files)
         stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus)
 
+        for name, value in (("rerank_threshold", req.settings.threshold), ("snippet_count", req.settings.snippet_count),
+                            ("budget_chars", req.settings.budget_chars)):
+            problem = check_range(name, value) if value is not None else ""
+            if problem:
+                raise BadMessage(problem)
         threshold = req.settings.threshold if req.settings.threshold is not None else self.s.rerank_threshold
         snippets = req.settings.snippet_count if req.settings.snippet_count is not None else self.s.snippet_count
         budget_chars = req.settings.budget_chars if req.settings.budget_chars is not None else self.s.budget_chars

@@ -9,10 +9,13 @@ means a rebuild, which the embedder detects and reports instead of mixing rows.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, get_type_hints
 
 from daemons.lib.fusion import BOTH, FILE_LISTS
@@ -116,9 +119,62 @@ class Settings:
 INDEX_SHAPING = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars", "window_chars", "window_overlap", "embedder_model")
 
 
+#: Variables of wsctx that are not settings (each read where it is used); ``WSCTX_FAULT_*`` inject
+#: faults in the tests. Any other ``WSCTX_*`` variable is a typo, refused like an unknown key.
+OTHER_VARIABLES = frozenset({
+    "CONFIG", "PYTHON", "DAEMONS", "EMBEDDER_DIR", "MAX_MESSAGE_BYTES", "RERANKER_WORKER_ID", "RERANKER_BACKEND",
+    "MIRROR", "MCP_WORKSPACE", "LOG_LEVEL", "BENCH_CACHE", "ORT_ARENA",
+})
+
+#: Inclusive bounds of the numeric settings where a value outside makes no sense (None: open).
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "rerank_threshold": (0.0, 1.0), "test_weight": (0.0, 1.0), "doc_weight": (0.0, 1.0), "config_weight": (0.0, 1.0),
+    "rerank_fusion_weight": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
+    "vector_k": (1, None), "keyword_k": (1, None), "focus_k": (0, None), "focus_files": (0, None), "rrf_k": (1, None),
+    "rerank_top": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
+    "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None),
+    "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None),
+    "embed_threads": (0, None), "optimize_every": (1, None), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
+    "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
+    "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
+    "team_timeout_ms": (1, None),
+}
+
+
+def check_range(name: str, value: float) -> str:
+    """"" when ``value`` is allowed for setting ``name``, else why not (with the valid range)."""
+    lo, hi = RANGES.get(name, (None, None))
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        if hi is None:
+            return f"{name} must be at least {lo:g}, not {value:g}"
+        return f"{name} must be between {lo:g} and {hi:g}, not {value:g}"
+    return ""
+
+
+def _suggest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _toml_line(path: Path, key: str) -> str:
+    """``path:LINE`` of the first ``key =`` in the TOML file (tomllib gives no positions)."""
+    try:
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if re.match(rf"\s*{re.escape(key)}\s*=", line):
+                return f"{path}:{n}"
+    except OSError:
+        pass
+    return str(path)
+
+
 def _coerce(kind: Any, raw: Any) -> Any:
     if kind in (int, float):
-        return kind(raw)
+        if isinstance(raw, bool) or (kind is int and isinstance(raw, float)):
+            raise ValueError(f"expected {'a whole number' if kind is int else 'a number'}")
+        try:
+            return kind(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected {'a whole number' if kind is int else 'a number'}") from None
     if kind is bool:
         return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
     if kind == list[str]:
@@ -144,17 +200,38 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
     hints = get_type_hints(Settings)
     values: dict[str, Any] = {}
     path = Path(config_file or env.get("WSCTX_CONFIG") or Path.home() / ".config" / APP / "config.toml")
+    sources: dict[str, str] = {}
     if path.is_file():
         with path.open("rb") as fh:
-            for key, raw in _flatten(tomllib.load(fh)).items():
-                if key not in hints:
-                    raise ValueError(f"{path}: unknown setting {key!r}")
+            try:
+                doc = tomllib.load(fh)
+            except tomllib.TOMLDecodeError as exc:
+                raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        for key, raw in _flatten(doc).items():
+            if key not in hints:
+                raise ValueError(f"{_toml_line(path, key)}: unknown setting {key!r}{_suggest(key, hints)}")
+            sources[key] = _toml_line(path, key)
+            try:
                 values[key] = _coerce(hints[key], raw)
-    for f in dataclasses.fields(Settings):
-        raw = env.get(f"WSCTX_{f.name.upper()}")
-        if raw is not None:
-            values[f.name] = _coerce(hints[f.name], raw)
+            except ValueError as exc:
+                raise ValueError(f"{sources[key]}: {key} = {raw!r}: {exc}") from None
+    for var in sorted(v for v in env if v.startswith("WSCTX_")):
+        name = var[len("WSCTX_"):]
+        if name.lower() in hints:
+            sources[name.lower()] = f"environment variable {var}"
+            try:
+                values[name.lower()] = _coerce(hints[name.lower()], env[var])
+            except ValueError as exc:
+                raise ValueError(f"{var}={env[var]!r}: {exc}") from None
+        elif name not in OTHER_VARIABLES and not name.startswith("FAULT_"):
+            known = [f"WSCTX_{h.upper()}" for h in hints] + [f"WSCTX_{o}" for o in OTHER_VARIABLES]
+            raise ValueError(f"unknown setting in environment variable {var}{_suggest(var, known)}")
     values.update(overrides)
+    for key, value in values.items():
+        if key in RANGES and isinstance(value, (int, float)):
+            problem = check_range(key, value)
+            if problem:
+                raise ValueError(f"{sources.get(key, 'setting')}: {problem}")
     settings = Settings(**values)
     # ipc paths have a ~107-byte limit; fail early with a clear message rather than at bind time.
     if len(settings.endpoint("reranker.workers")) > 100:

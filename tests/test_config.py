@@ -1,0 +1,68 @@
+"""Settings errors name the setting and where it came from: the TOML file and line, or the environment variable."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemons.lib.config import load_settings
+from tests.support import REPO
+
+
+def test_a_bad_value_names_the_setting_and_its_file_and_line(tmp_path: Path) -> None:
+    """A value of the wrong type in the TOML file is refused with the file, the line and the setting."""
+    conf = tmp_path / "config.toml"
+    conf.write_text("# wsctx\n[search]\nvector_k = 20\nrerank_threshold = \"abc\"\n")
+    with pytest.raises(ValueError) as info:
+        load_settings(config_file=str(conf), env={})
+    assert str(info.value).startswith(f"{conf}:4: rerank_threshold = 'abc': expected a number")
+
+
+def test_a_bad_environment_value_names_the_variable() -> None:
+    """A value of the wrong type in a WSCTX_ variable is refused naming the variable and the value."""
+    with pytest.raises(ValueError, match=r"WSCTX_SNIPPET_COUNT='many': expected a whole number"):
+        load_settings(config_file="/nonexistent.toml", env={"WSCTX_SNIPPET_COUNT": "many"})
+
+
+def test_an_unknown_variable_or_key_gets_did_you_mean(tmp_path: Path) -> None:
+    """A misspelt WSCTX_ variable is refused like a misspelt TOML key, each with the closest known name."""
+    with pytest.raises(ValueError, match=r"unknown setting in environment variable WSCTX_RERANK_TRESHOLD; did you mean 'WSCTX_RERANK_THRESHOLD'\?"):
+        load_settings(config_file="/nonexistent.toml", env={"WSCTX_RERANK_TRESHOLD": "0.1"})
+    conf = tmp_path / "c.toml"
+    conf.write_text("snipet_count = 3\n")
+    with pytest.raises(ValueError, match=rf"{conf}:1: unknown setting 'snipet_count'; did you mean 'snippet_count'\?"):
+        load_settings(config_file=str(conf), env={})
+
+
+def test_variables_that_are_not_settings_are_accepted() -> None:
+    """WSCTX_CONFIG, WSCTX_DAEMONS, WSCTX_PYTHON and the WSCTX_FAULT_ injections are not settings, and not typos."""
+    s = load_settings(config_file="/nonexistent.toml", env={"WSCTX_DAEMONS": "front", "WSCTX_PYTHON": "python3",
+                                                            "WSCTX_FAULT_WORKER_SEQS": "1", "WSCTX_LOG_LEVEL": "debug"})
+    assert s.snippet_count == 6
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"WSCTX_RERANK_THRESHOLD": "5"}, "environment variable WSCTX_RERANK_THRESHOLD: rerank_threshold must be between 0 and 1, not 5"),
+    ({"WSCTX_RERANK_THRESHOLD": "-1"}, "rerank_threshold must be between 0 and 1, not -1"),
+    ({"WSCTX_SNIPPET_COUNT": "-3"}, "environment variable WSCTX_SNIPPET_COUNT: snippet_count must be at least 1, not -3"),
+    ({"WSCTX_BUDGET_CHARS": "0"}, "budget_chars must be at least 1, not 0"),
+])
+def test_out_of_range_values_are_refused_with_the_range(env: dict[str, str], message: str) -> None:
+    """A threshold outside [0, 1], a snippet count or budget under 1 is refused, saying the valid range."""
+    with pytest.raises(ValueError) as info:
+        load_settings(config_file="/nonexistent.toml", env=env)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["ask", "--threshold", "5", "q"], "--threshold: rerank_threshold must be between 0 and 1, not 5"),
+    (["ask", "--snippets", "0", "q"], "--snippets: snippet_count must be at least 1, not 0"),
+    (["--config", "/nonexistent/wsctx.toml", "status"], "config file /nonexistent/wsctx.toml does not exist"),
+])
+def test_the_command_line_refuses_bad_values_before_asking(tmp_path: Path, args: list[str], message: str) -> None:
+    """wsctx refuses an out-of-range per-question value or a --config file that does not exist, with one clear line and a non-zero exit."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WSCTX_RUNTIME_DIR": str(tmp_path / "r"), "WSCTX_DATA_DIR": str(tmp_path / "d")}
+    done = subprocess.run([sys.executable, "-m", "daemons.cli", *args], cwd=str(REPO), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
