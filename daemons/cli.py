@@ -366,9 +366,11 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
     embedder = ((emb_status or {}).get("details") or {}).get("workspaces") or {}
     model_error = ((emb_status or {}).get("details") or {}).get("model_error") or ""
     out: dict[str, dict[str, Any]] = {}
+    # with every daemon down, one plain problem says so, not what each missing daemon would degrade
+    all_down = bool(statuses) and all(st is None for st in statuses.values())
     for wid, root in sorted(Registry(settings.data_dir).load().items()):
         w, e = watcher.get(wid), embedder.get(wid)
-        problems: list[str] = []
+        problems: list[str] = ["wsctx is not running: start it with `wsctx up`"] if all_down else []
         entry: dict[str, Any] = {
             "root": root, "files": None, "indexed_files": None, "chunks": None, "rows": None,
             "pending": None, "skipped": None, "last_update": None, "last_reconcile": None, "problems": problems,
@@ -379,7 +381,8 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
             entry.update(files=w.get("files"), indexed_files=w.get("indexed_files"), pending=w.get("pending"),
                          skipped=w.get("skipped"), last_reconcile=w.get("last_reconcile") or None)
         elif statuses.get("watcher") is None:
-            problems.append("watcher is down: files on disk and pending work unknown")
+            if not all_down:
+                problems.append("watcher is down: files on disk and pending work unknown")
         else:
             busy = ((statuses.get("watcher") or {}).get("details") or {}).get("reconciling")
             problems.append(f"watcher is walking workspace {busy['workspace']} ({busy['for_s']:g} s so far)" if busy
@@ -392,7 +395,8 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
                 entry["indexed_files"] = e.get("files")
         else:
             if emb_status is None:
-                problems.append("embedder is down: indexing paused, search is keywords-only")
+                if not all_down:
+                    problems.append("embedder is down: indexing paused, search is keywords-only")
             elif model_error:
                 problems.append(f"embedder has no model: {model_error}")
             folder = index_dir(settings.data_dir, wid)
@@ -537,6 +541,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     if supervisor_state(settings) is None:
         left = [p for p in pids if _alive(p)]
         if not left:
+            _remove_socket_files(settings)
             print("wsctx is not running")
             return 0
         print(f"supervisord does not answer; stopping {len(left)} leftover process(es)", file=sys.stderr)
@@ -555,6 +560,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         pids |= set(daemon_processes(settings.runtime_dir, sup_pid))
         left = sorted(p for p in pids if _alive(p))
         if not left:
+            _remove_socket_files(settings)
             print("wsctx is down")
             return 0
         time.sleep(0.2)
@@ -564,6 +570,17 @@ def cmd_down(args: argparse.Namespace) -> int:
         except OSError:
             pass
     raise CLIError(f"processes still running after {args.timeout:g} s were killed: {' '.join(map(str, left))}")
+
+
+def _remove_socket_files(settings) -> None:
+    """With every process gone, the ipc socket files and supervisord's pid file left in the
+    runtime dir (owner-only, ours alone) are stale: remove them."""
+    rt = Path(settings.runtime_dir)
+    for f in [*rt.glob("*.sock"), rt / "supervisord.pid"]:
+        try:
+            f.unlink()
+        except OSError:
+            pass
 
 
 def gather_status(settings) -> dict[str, Any]:
@@ -656,10 +673,8 @@ def resolve_workspace(settings, ref: str | None) -> tuple[str, str]:
             return reg.resolve(os.getcwd())
         except UnknownWorkspace:
             return reg.resolve("")
-    except UnknownWorkspace as exc:
-        n = len(reg.load())
-        hint = "" if ref or n == 0 else f" ({n} are registered: name one, see `wsctx status`)"
-        raise CLIError(exc.message + hint) from None
+    except UnknownWorkspace as exc:  # its message lists the registered workspaces
+        raise CLIError(exc.message) from None
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:

@@ -143,11 +143,14 @@ def test_workspace_report_combines_watcher_and_embedder(tmp_path):
     text = cli.format_workspaces({wid: rep}, now=12.0)
     assert wid in text and "10s ago" in text and "! rebuild needed" in text
 
-    down = cli.workspace_report(settings, {"watcher": None, "embedder": None})[wid]
+    down = cli.workspace_report(settings, {"watcher": None, "embedder": None, "front": {"details": {}}})[wid]
     assert down["files"] is None and down["pending"] is None
     assert (down["chunks"], down["rows"], down["indexed_files"]) == (0, 0, 0)  # no table yet
     assert any("watcher is down" in p for p in down["problems"])
     assert any("embedder is down" in p for p in down["problems"])
+    # everything down: one plain problem, not what each missing daemon would degrade
+    all_down = cli.workspace_report(settings, {"watcher": None, "embedder": None, "front": None})[wid]
+    assert all_down["problems"] == ["wsctx is not running: start it with `wsctx up`"]
     assert cli.indexing_done({wid: dict(rep, pending=0)})
 
 
@@ -258,7 +261,7 @@ def test_errors_when_daemons_are_down(dirs, capsys):
     assert cli.main(flags + ["ask", "where is the retry logic?"]) == 1
     assert capsys.readouterr().err.strip() == "wsctx: error: front is not running: start it with `wsctx up`"
     assert cli.main(flags + ["rebuild"]) == 1
-    assert "no registered workspace" in capsys.readouterr().err
+    assert "no workspace is registered" in capsys.readouterr().err
     (base / "ws").mkdir()
     cli.main(flags + ["add", str(base / "ws")])
     capsys.readouterr()
@@ -395,6 +398,8 @@ def test_up_add_status_ask_down():
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     finally:
         down = _wsctx(env, "down", "--timeout", "60")
+        sockets_left = sorted(p.name for p in Path(run_dir).glob("*.sock"))
+        status_down = _wsctx(env, "status").stdout
         follower_survived = follower.poll() is None if "follower" in locals() else None
         if "follower" in locals():
             follower.kill()
@@ -403,5 +408,26 @@ def test_up_add_status_ask_down():
         shutil.rmtree(base, ignore_errors=True)
     assert down.returncode == 0, down.stdout + down.stderr
     assert follower_survived, "wsctx down ended a process that is not one of its daemons"
+    assert sockets_left == [], sockets_left
+    assert "wsctx is not running: start it with `wsctx up`" in status_down and "keywords-only" not in status_down
     assert "wsctx is down" in down.stdout
     assert left == [], f"processes left running: {left}"
+
+
+def test_an_ask_outside_every_workspace_lists_the_registered_ones(tmp_path):
+    """With several workspaces registered, a question from outside all of them lists them and says to pass --workspace."""
+    from daemons.lib.workspaces import Registry
+    from protocol.errors import UnknownWorkspace
+
+    reg = Registry(tmp_path / "d")
+    with pytest.raises(UnknownWorkspace, match=r"no workspace is registered \(run `wsctx add PATH`\)"):
+        reg.resolve("")
+    for name in ("alpha", "beta"):
+        (tmp_path / name).mkdir()
+        reg.add(tmp_path / name)
+    for ref in ("", str(tmp_path / "elsewhere")):
+        with pytest.raises(UnknownWorkspace) as info:
+            reg.resolve(ref)
+        message = info.value.message
+        assert str(tmp_path / "alpha") in message and str(tmp_path / "beta") in message and "--workspace" in message
+        assert "wsctx add" not in message or ref  # nothing to add when the question just did not name one

@@ -74,7 +74,13 @@ class Registry:
                 return best
         elif len(entries) == 1:
             return next(iter(entries.items()))
-        raise UnknownWorkspace(f"no registered workspace matches {ref!r} (run `wsctx add PATH`)")
+        if not entries:
+            raise UnknownWorkspace("no workspace is registered (run `wsctx add PATH`)")
+        listed = ", ".join(f"{root} ({wid})" for wid, root in sorted(entries.items(), key=lambda e: e[1]))
+        if not ref:
+            raise UnknownWorkspace(f"{len(entries)} workspaces are registered: pass --workspace with one of {listed}")
+        raise UnknownWorkspace(f"{ref!r} is in no registered workspace; registered: {listed} "
+                               "(pass --workspace, or `wsctx add PATH` to register another)")
 
     def _write(self, entries: dict[str, str]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
