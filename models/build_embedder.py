@@ -402,7 +402,8 @@ def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: b
 
 
 def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: bool = True,
-          weight_only: bool = False, log=print, weights: Path | None = None, card: str = MODEL_CARD) -> dict:
+          weight_only: bool = False, log=print, weights: Path | None = None, card: str = MODEL_CARD,
+          name: str = NAME) -> dict:
     """Export, check and quantise; ``weights`` is a fine-tuned model's folder (``model.safetensors``,
     ``config.json``, ``tokenizer.json``: what ``training.train embedder`` writes) instead of the
     base package's."""
@@ -448,7 +449,7 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
             log(f"fp32 copy kept at {keep_fp32 / 'model.fp32.onnx'}")
 
     manifest = {
-        "name": NAME,
+        "name": name,
         "variant": "int8",
         "model_file": "model.int8.onnx",
         "model_output": "sentence_embedding",
@@ -495,8 +496,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="MatMulNBits 8-bit weight-only MatMuls: batch-independent, more exact, ~2x slower")
     ap.add_argument("--weights", type=Path, default=None, metavar="DIR",
                     help="a fine-tuned model folder (training.train embedder's DIR/model) instead of the base package")
+    ap.add_argument("--name", default=NAME, help="the artifact's name in its manifest (a fine-tuned model's own)")
     args = ap.parse_args(argv)
-    build(args.out, args.keep_fp32, per_channel=not args.per_tensor, weight_only=args.weight_only, weights=args.weights)
+    build(args.out, args.keep_fp32, per_channel=not args.per_tensor, weight_only=args.weight_only, weights=args.weights,
+          name=args.name)
     return 0
 
 
