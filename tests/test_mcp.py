@@ -55,6 +55,7 @@ def test_tools_are_listed_with_their_schemas(mstack):
     schema = tools["search_workspace"].input_schema
     assert schema["required"] == ["question"]
     assert set(schema["properties"]) == {"question", "workspace", "active_file", "max_snippets"}
+    assert all(prop.get("description") for prop in schema["properties"].values()), schema["properties"]
     assert tools["search_workspace"].output_schema is not None
     assert tools["search_workspace"].description
 

@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from daemons.client import DAEMONS, WorkspaceClient
 from protocol.errors import ProtocolError
@@ -102,10 +102,17 @@ def build_server(client: WorkspaceClient, default_workspace: str | None = None) 
         )
     )
     def search_workspace(
-        question: str,
-        workspace: str | None = None,
-        active_file: str | None = None,
-        max_snippets: int | None = None,
+        question: Annotated[str, Field(description=(
+            "What to find, in plain words, or a whole issue text or traceback (up to 100,000 characters): "
+            "'where is the retry logic?', 'why does parse_date fail on a trailing Z?'"))],
+        workspace: Annotated[str | None, Field(description=(
+            "A registered workspace: its id or any path inside it. Default: the workspace of the server's "
+            "--workspace option, else the only one registered."))] = None,
+        active_file: Annotated[str | None, Field(description=(
+            "The file the user is looking at (absolute, or relative to the workspace): its code is "
+            "searched with priority."))] = None,
+        max_snippets: Annotated[int | None, Field(description=(
+            "At most this many code blocks in the answer (at least 1; default: the daemons' snippet_count, 6)."))] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
         ws = workspace or default_workspace
         if active_file and not os.path.isabs(active_file) and not ws:
