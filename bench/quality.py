@@ -54,6 +54,7 @@ from daemons.lib import fusion, roles, search
 from daemons.lib import mentions as mentions_mod
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
+from models.cross_encoder import rerank_passage
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused", "cross_encoder", "reranked"]
 SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool", "file_list",
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranked["fused"] = files_in_order(res.candidates)
                 if reranker is not None:
                     cands = res.candidates
-                    probs = reranker.score(q, [f"{r['path']}\n{r['text']}" for r in cands]) if cands else []
+                    probs = reranker.score(q, [rerank_passage(r["path"], r["text"]) for r in cands]) if cands else []
                     ranked["fused_chunks"] = [r["path"] for r in cands]  # one path per chunk, in fused order
                     ranked["fused_probs"] = [round(p, 4) for p in probs]
                     ranked["fused_weights"] = [r["weight"] for r in cands]

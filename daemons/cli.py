@@ -214,18 +214,18 @@ def daemon_processes(runtime_dir: str, supervisor_pid: int | None = None) -> lis
     or workers (an orphan left by a killed supervisord). A ``wsctx logs -f`` or a shell that
     merely has the runtime dir in its environment is never one of them."""
     ours: set[int] = set()
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
     try:  # a stale pid file may name a pid that some other program now has
         is_supervisord = b"supervisord" in Path(f"/proc/{supervisor_pid}/cmdline").read_bytes() if supervisor_pid else False
     except OSError:
         is_supervisord = False
-    if supervisor_pid and is_supervisord and supervisor_pid in parents:
+    if supervisor_pid and is_supervisord:
+        parents: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
         ours.add(supervisor_pid)
         grew = True
         while grew:
@@ -760,14 +760,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from daemons.lib import runtime
     from protocol.errors import ProtocolError, Timeout
 
-    settings = _settings(args)
-    from daemons.lib.config import check_range
+    from daemons.lib.config import question_settings_problem
 
-    for flag, name, value in (("--threshold", "rerank_threshold", args.threshold), ("--snippets", "snippet_count", args.snippets),
-                              ("--budget", "budget_chars", args.budget)):
-        problem = check_range(name, value) if value is not None else ""
-        if problem:
-            raise CLIError(f"{flag}: {problem}")
+    settings = _settings(args)
+    name, problem = question_settings_problem(args.threshold, args.snippets, args.budget)
+    if problem:
+        flag = {"rerank_threshold": "--threshold", "snippet_count": "--snippets", "budget_chars": "--budget"}[name]
+        raise CLIError(f"{flag}: {problem}")
     if args.question == "-":  # a long issue text: an argument that size fails with "Argument list too long"
         args.question = sys.stdin.read()
     if not args.question.strip():

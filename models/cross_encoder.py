@@ -33,6 +33,12 @@ class ModelUnavailable(RuntimeError):
     """The cross-encoder cannot be loaded (missing, corrupt or unreadable files)."""
 
 
+def rerank_passage(path: str, text: str) -> str:
+    """The passage the reranker reads for one chunk: its relative path, a newline, its text (what
+    the front sends, the benchmark scores and the training tool trains on)."""
+    return f"{path}\n{text}"
+
+
 def pair_ids(tokenizer, query: str, passage: str, max_tokens: int = MAX_TOKENS,
              query_max_tokens: int = QUERY_MAX_TOKENS) -> tuple[list[int], list[int]]:
     """Token ids and token type ids of one pair under the 512/64 rule (no padding)."""

@@ -45,7 +45,7 @@ from torch.nn import functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from daemons.lib.windows import embed_text, window_texts  # noqa: E402  (the product's own windows)
-from models.cross_encoder import pair_ids  # noqa: E402  (the reranker worker's 512/64 rule)
+from models.cross_encoder import pair_ids, rerank_passage  # noqa: E402  (the reranker's passage and 512/64 rule)
 from training.corpus.pack import read_pack  # noqa: E402
 
 WORK = REPO / "training" / ".work"
@@ -211,7 +211,7 @@ def validate_cross_encoder(model: CrossEncoder, tok, passages: list[str], querie
     rr, r1 = [], []
     for q in qs[:limit]:
         refs = q["pos"][:1] + q["neg"]
-        pairs = [pair_ids(tok, q["query"], f"{ref[1]}\n{passages[ref[0]]}", max_len, 64) for ref in refs]
+        pairs = [pair_ids(tok, q["query"], rerank_passage(ref[1], passages[ref[0]]), max_len, 64) for ref in refs]
         ids, mask, types = pad([p[0] for p in pairs], device, [p[1] for p in pairs])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             logits = model(ids, mask, types).float()
@@ -383,7 +383,7 @@ def cross_encoder_loss(model: CrossEncoder, tok, passages: list[str], batch: lis
         refs = [rng.choice(q["pos"])] + q["neg"][:negatives]
         groups.append((len(seqs), len(refs)))
         for k, ref in enumerate(refs):
-            ids, tt = pair_ids(tok, q["query"], f"{ref[1]}\n{passages[ref[0]]}", max_len, 64)
+            ids, tt = pair_ids(tok, q["query"], rerank_passage(ref[1], passages[ref[0]]), max_len, 64)
             seqs.append(ids)
             types.append(tt)
             labels.append(1.0 if k == 0 else 0.0)

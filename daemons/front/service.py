@@ -20,19 +20,20 @@ import zmq
 from daemons.lib import assembly, runtime
 from daemons.lib.assembly import Hit
 from daemons.lib.chunking import language_for_path
-from daemons.lib.config import Settings, check_range, load_settings
+from daemons.lib.config import Settings, load_settings, question_settings_problem
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.fusion import rerank_order
 from daemons.lib.keywords import query_keywords
-from daemons.lib.mentions import mentions
 from daemons.lib.log import configure
+from daemons.lib.mentions import mentions
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
 from daemons.lib.store import IndexStore
 from daemons.lib.widening import lines_text, split_lines, widen
 from daemons.lib.workspaces import Registry, index_dir, safe_relpath
+from models.cross_encoder import rerank_passage
 from protocol import envelope
 from protocol.errors import BadMessage, ProtocolError
 from protocol.schema import (
@@ -123,11 +124,9 @@ class Front:
         focus = focus_files(active, visible, self.conversations.previous_files(req.conversation_id), open_docs, limit=self.s.focus_files)
         stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus)
 
-        for name, value in (("rerank_threshold", req.settings.threshold), ("snippet_count", req.settings.snippet_count),
-                            ("budget_chars", req.settings.budget_chars)):
-            problem = check_range(name, value) if value is not None else ""
-            if problem:
-                raise BadMessage(problem)
+        _, problem = question_settings_problem(req.settings.threshold, req.settings.snippet_count, req.settings.budget_chars)
+        if problem:
+            raise BadMessage(problem)
         threshold = req.settings.threshold if req.settings.threshold is not None else self.s.rerank_threshold
         snippets = req.settings.snippet_count if req.settings.snippet_count is not None else self.s.snippet_count
         budget_chars = req.settings.budget_chars if req.settings.budget_chars is not None else self.s.budget_chars
@@ -167,7 +166,7 @@ class Front:
         if candidates and req.settings.rerank:
             try:
                 rr = self._client("reranker", self.s.endpoint("reranker")).request(
-                    RerankRequest(query=searched, passages=[f"{c.path}\n{c.text}" for c in candidates]),
+                    RerankRequest(query=searched, passages=[rerank_passage(c.path, c.text) for c in candidates]),
                     timeout_ms=self.s.reranker_timeout_ms + 1000,
                 ).body
                 probs = list(rr.scores)
@@ -259,7 +258,8 @@ class Front:
             self.stats.incr("questions.degraded")
         return AskReply(
             searched_query=searched, keyword_query=keyword_query, blocks=out_blocks,
-            near_misses=[NearMiss(label=assembly.span_label(c.path, c.start_line, c.end_line), path=c.path, start_line=c.start_line, end_line=c.end_line, probability=round(p, 4)) for c, p in near],
+            near_misses=[NearMiss(label=lab, path=c.path, start_line=c.start_line, end_line=c.end_line, probability=round(p, 4))
+                         for (c, p), (lab, _) in zip(near, near_labels)],
             prompt=prompt, context_line=line, degraded=degraded, stages=stages,
             index={"workspace": wid, **progress},
         )

@@ -151,20 +151,30 @@ def check_range(name: str, value: float) -> str:
     return ""
 
 
+def question_settings_problem(threshold: float | None, snippet_count: int | None, budget_chars: int | None) -> tuple[str, str]:
+    """``(setting, why)`` for the first out-of-range value a single question sets for itself
+    (``wsctx ask --threshold/--snippets/--budget``, a request's settings), ``("", "")`` if none."""
+    for name, value in (("rerank_threshold", threshold), ("snippet_count", snippet_count), ("budget_chars", budget_chars)):
+        problem = check_range(name, value) if value is not None else ""
+        if problem:
+            return name, problem
+    return "", ""
+
+
 def _suggest(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _toml_line(path: Path, key: str) -> str:
-    """``path:LINE`` of the first ``key =`` in the TOML file (tomllib gives no positions)."""
-    try:
-        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            if re.match(rf"\s*{re.escape(key)}\s*=", line):
-                return f"{path}:{n}"
-    except OSError:
-        pass
-    return str(path)
+def _toml_lines(path: Path, text: str) -> dict[str, str]:
+    """``{key: "path:LINE"}`` of each key's first ``key =`` line in the TOML text (tomllib gives no
+    positions)."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"\s*([A-Za-z0-9_-]+)\s*=", line)
+        if m:
+            out.setdefault(m.group(1), f"{path}:{n}")
+    return out
 
 
 def _coerce(kind: Any, raw: Any) -> Any:
@@ -202,15 +212,16 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
     path = Path(config_file or env.get("WSCTX_CONFIG") or Path.home() / ".config" / APP / "config.toml")
     sources: dict[str, str] = {}
     if path.is_file():
-        with path.open("rb") as fh:
-            try:
-                doc = tomllib.load(fh)
-            except tomllib.TOMLDecodeError as exc:
-                raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        try:
+            text = path.read_bytes().decode("utf-8")
+            doc = tomllib.loads(text)
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        where = _toml_lines(path, text)
         for key, raw in _flatten(doc).items():
+            sources[key] = where.get(key, str(path))
             if key not in hints:
-                raise ValueError(f"{_toml_line(path, key)}: unknown setting {key!r}{_suggest(key, hints)}")
-            sources[key] = _toml_line(path, key)
+                raise ValueError(f"{sources[key]}: unknown setting {key!r}{_suggest(key, hints)}")
             try:
                 values[key] = _coerce(hints[key], raw)
             except ValueError as exc:
