@@ -131,8 +131,7 @@ class Watcher:
                 ino = None
             if ino == ws.root_ino:
                 continue
-            if ino is None:
-                self.log.warning("workspace_gone", workspace=ws.wid, root=str(ws.root))
+            if ino is None:  # the reconcile asked for below logs workspace_gone
                 ws.root_ino = None
             else:
                 self.log.info("workspace_back", workspace=ws.wid, root=str(ws.root))
