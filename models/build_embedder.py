@@ -45,6 +45,13 @@ MODEL_CARD = (
     "normalisation are part of the graph (output 'sentence_embedding')."
 )
 
+#: Appended to the card of an artifact built from a fine-tuned folder (``--weights``).
+FINE_TUNED_CARD = (
+    " Fine-tuned from those weights by the project's `python -m training.train embedder` on the mined "
+    "corpus of training/ (see training/README.md and the folder in source.folder); the original "
+    "card above describes the starting point."
+)
+
 
 # ----------------------------------------------------------------------------- safetensors
 
@@ -402,8 +409,7 @@ def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: b
 
 
 def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: bool = True,
-          weight_only: bool = False, log=print, weights: Path | None = None, card: str = MODEL_CARD,
-          name: str = NAME) -> dict:
+          weight_only: bool = False, log=print, weights: Path | None = None, name: str = NAME) -> dict:
     """Export, check and quantise; ``weights`` is a fine-tuned model's folder (``model.safetensors``,
     ``config.json``, ``tokenizer.json``: what ``training.train embedder`` writes) instead of the
     base package's."""
@@ -456,7 +462,7 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
         "model_inputs": ["input_ids", "attention_mask"],
         "source": {**source, "sha256": sha256_file(st_path)},
         "licence": "Apache-2.0",
-        "model_card": card,
+        "model_card": MODEL_CARD if weights is None else MODEL_CARD + FINE_TUNED_CARD,
         "tokenizer": "tokenizer.json",
         "dim": int(cfg["hidden_size"]),
         "max_tokens": MAX_TOKENS,

@@ -55,7 +55,7 @@ def test_a_trailer_like_line_inside_prose_is_kept() -> None:
 ])
 def test_skip_rules(author: str, message: str, merge: bool, files: list[str], reason: str | None) -> None:
     """Bots, merges without a description, short subjects, sweeps and commits with no or too many source files are dropped, each by name."""
-    assert rules.skip_reason(author, message, rules.clean_message(message), merge, files) == reason
+    assert rules.skip_reason(author, rules.clean_message(message), merge, files) == reason
 
 
 def test_old_side_hunks_and_overlap() -> None:

@@ -9,9 +9,10 @@ after each filter. A repository whose two files exist is done and skipped, so a 
 resumes where it stopped; output is deterministic for a given manifest.
 
 Change -> code (``kind: change``), for each commit reachable from the pinned commit, newest first:
-  * the question is ``rules.clean_message`` of its message; ``rules.skip_reason`` drops bots,
-    merges without a description, short subjects, sweeps and commits touching no or more than
-    ``rules.MAX_SOURCE_FILES`` non-test source files;
+  * the question is ``rules.clean_message`` of its message; ``rules.message_skip_reason`` (over
+    the whole history) drops bots, merges without a description, short subjects and sweeps, and
+    ``rules.files_skip_reason`` commits touching no or more than ``rules.MAX_SOURCE_FILES``
+    non-test source files;
   * the tree is the first parent's (the state the question was asked against);
   * positives are the product's chunks (``chunk_text``, SPEC §1 settings) of the modified source
     files at the parent that overlap the lines the commit changed (``-w``: a whitespace-only
@@ -245,24 +246,24 @@ def mine_repo(entry: dict, mirror: Path, out: Path, max_changes: int, max_docs: 
     miner = Miner(repo, snap)
     stats: Counter = Counter()
     # first pass: the message rules alone, over the whole history (cheap)
-    candidates: list[tuple[str, str, str, list[str]]] = []
+    candidates: list[tuple[str, str, str]] = []
     for c in repo.commits(pinned):
         stats["commits"] += 1
         if not c.parents:
             stats["root"] += 1
             continue
         question = rules.clean_message(c.message)
-        reason = rules.skip_reason(c.author, c.message, question, c.is_merge, ["?"])
+        reason = rules.message_skip_reason(c.author, question, c.is_merge)
         if reason is not None:
             stats[reason] += 1
             continue
         stats["message_ok"] += 1
-        candidates.append((c.sha, c.parents[0], question, []))
+        candidates.append((c.sha, c.parents[0], question))
     # second pass, over a deterministic sample of the rest: the file rules, then the diff
     order = sorted(candidates, key=lambda x: hashlib.sha1(x[0].encode()).hexdigest())[:max_scan]
     stats["sampled"] = len(order)
     changes: list[dict] = []
-    for sha, parent, question, _ in order:
+    for sha, parent, question in order:
         if len(changes) >= max_changes:
             break
         try:
@@ -272,11 +273,9 @@ def mine_repo(entry: dict, mirror: Path, out: Path, max_changes: int, max_docs: 
             continue
         sources = [p for s, p in changed if s in ("M", "R") and rules.is_source(p)]
         touched = [p for s, p in changed if rules.is_source(p)]
-        if not touched:
-            stats["no_source"] += 1
-            continue
-        if len(touched) > rules.MAX_SOURCE_FILES:
-            stats["too_many_files"] += 1
+        reason = rules.files_skip_reason(touched)
+        if reason is not None:
+            stats[reason] += 1
             continue
         if changed and all(s == "R" for s, _ in changed):
             stats["rename_only"] += 1

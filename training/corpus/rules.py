@@ -10,7 +10,8 @@ Contract
   folded, and the result cut to ``QUERY_MAX_CHARS``. A merge's ``Merge pull request #N from
   a/b`` subject is dropped, so its description becomes the question.
 * ``skip_reason(...)`` names the first rule that drops a commit (``bot``, ``merge_no_description``,
-  ``short_subject``, ``sweep``, ``no_source``, ``too_many_files``) or is None.
+  ``short_subject``, ``sweep``: ``message_skip_reason``; ``no_source``, ``too_many_files``:
+  ``files_skip_reason``) or is None.
 * ``parse_hunks(diff)`` is ``{path: [(start, end), ...]}`` of the *old* side (the parent's lines,
   1-based, inclusive) that each hunk of a ``git diff -U0`` changed. A pure insertion after old
   line L is recorded as ``(L, L)`` (``(1, 1)`` at the top): the code the new lines join.
@@ -121,8 +122,8 @@ def subject_words(question: str) -> int:
     return len(re.findall(r"\w+", first))
 
 
-def skip_reason(author: str, message: str, question: str, is_merge: bool, source_files: Sequence[str]) -> str | None:
-    """The first rule that drops this commit, or None when it becomes a question."""
+def message_skip_reason(author: str, question: str, is_merge: bool) -> str | None:
+    """The first rule on the author and the cleaned message that drops a commit, or None."""
     if _BOT.search(author):
         return "bot"
     if is_merge and not question:
@@ -131,11 +132,21 @@ def skip_reason(author: str, message: str, question: str, is_merge: bool, source
         return "short_subject"
     if _SWEEP.search(question.split("\n", 1)[0]):
         return "sweep"
+    return None
+
+
+def files_skip_reason(source_files: Sequence[str]) -> str | None:
+    """The rule on the non-test source files a commit touched that drops it, or None."""
     if not source_files:
         return "no_source"
     if len(source_files) > MAX_SOURCE_FILES:
         return "too_many_files"
     return None
+
+
+def skip_reason(author: str, question: str, is_merge: bool, source_files: Sequence[str]) -> str | None:
+    """The first rule that drops this commit (message rules, then file rules), or None when it becomes a question."""
+    return message_skip_reason(author, question, is_merge) or files_skip_reason(source_files)
 
 
 def parse_hunks(diff: str) -> dict[str, list[tuple[int, int]]]:
