@@ -332,3 +332,62 @@ def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     return float(np.percentile(np.asarray(values), q))
+
+
+def robustness(per_repo: dict[str, dict], methods: list[str], min_cases: int = 5) -> dict[str, dict[str, Any]]:
+    """Per method, over the repositories with at least *min_cases* cases: the mean of the
+    per-repository means (each repository counts once), the worst repository by MRR and by
+    recall@5, and the spread (population standard deviation) of per-repository MRR. A change that
+    lifts the case mean but sinks one repository shows here."""
+    repos = {r: v for r, v in per_repo.items() if v["n"] >= min_cases}
+    out: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        have = {r: v[m] for r, v in repos.items() if v.get(m)}
+        if not have:
+            continue
+        mrr = {r: v["mrr"] for r, v in have.items()}
+        r5 = {r: v["recall@5"] for r, v in have.items()}
+        worst_mrr, worst_r5 = min(mrr, key=mrr.get), min(r5, key=r5.get)
+        out[m] = {
+            "repos": len(have),
+            "repo_mean": {k: round(float(np.mean([v[k] for v in have.values()])), 2) for k in METRIC_NAMES},
+            "worst_mrr": [worst_mrr, mrr[worst_mrr]], "worst_recall@5": [worst_r5, r5[worst_r5]],
+            "mrr_spread": round(float(np.std(list(mrr.values()))), 2),
+        }
+    return out
+
+
+def robustness_table(rob: dict[str, dict[str, Any]]) -> str:
+    """``robustness`` as printed lines: repository mean, worst repository, spread."""
+    lines = [f"{'method':14s} {'repos':>5s} {'repo-mean r@5':>13s} {'repo-mean MRR':>13s}  {'worst MRR':30s} {'worst r@5':30s} {'MRR sd':>6s}"]
+    for m, v in rob.items():
+        wm, wr = v["worst_mrr"], v["worst_recall@5"]
+        lines.append(f"{m:14s} {v['repos']:5d} {v['repo_mean']['recall@5']:13.1f} {v['repo_mean']['mrr']:13.1f}  "
+                     f"{f'{wm[0]} {wm[1]:.1f}':30s} {f'{wr[0]} {wr[1]:.1f}':30s} {v['mrr_spread']:6.1f}")
+    return "\n".join(lines)
+
+
+
+def question_queries(q: str, settings: Settings, embedder: Any, store: IndexStore) -> tuple[Any, str, Any, list[str]]:
+    """The product's queries for question *q* under *settings* in *store*'s workspace, as the
+    searcher and front make them (``question.plan``): ``(plan, keyword query, query vector(s),
+    mentions)``."""
+    from daemons.lib import question
+    from daemons.lib.mentions import mentions
+
+    counts = store.document_frequencies(wait=True)
+    p = question.plan_for(q, settings, counts[0] if counts else None)
+    vectors = np.stack([embedder.embed_query(t) for t in p.dense_texts])
+    return p, p.keyword_query, question.combine_vectors(vectors, p.dense), (mentions(q) if settings.path_mentions else [])
+
+
+def apply_overrides(settings: Settings, items: list[str], allowed: tuple[str, ...]) -> str:
+    """Set each ``NAME=VALUE`` of *items* on *settings* (typed as the field is); the first problem
+    as a message, or ''."""
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in allowed:
+            return f"--set {name}: not one of {', '.join(allowed)}"
+        kind = type(getattr(settings, name))
+        setattr(settings, name, value.lower() in ("1", "true", "yes", "on") if kind is bool else kind(value))
+    return ""

@@ -6,8 +6,11 @@ the question is answered five ways:
 
 * ``bm25_file``  whole-file BM25 over the non-test ``.py`` files (bench/common.py ``WholeFileBM25``):
   the floor, as the eval README measured it
-* ``keyword``    ``IndexStore.keyword_search(query_keywords(q), 50)``  (chunk hits -> files)
-* ``vector``     ``IndexStore.vector_search(embed_query(q), 50)`` folded to chunks
+* ``keyword``    ``IndexStore.keyword_search(keyword query, 50)``  (chunk hits -> files)
+* ``vector``     ``IndexStore.vector_search(query vector, 50)`` folded to chunks
+
+  (the keyword query, query vector and cross-encoder question are the product's: ``question.plan``
+  under the settings, as ``bench.common.question_queries`` makes them)
 * ``unweighted`` ``hybrid_search`` with tests and docs weighed like source and no file-ranked
   keyword list (``file_pool=0``): fusion of the four lists as SPEC §2 states it
 * ``no_file_list`` the product's fusion without the file-ranked keyword lists (role weights on)
@@ -44,21 +47,22 @@ from datetime import date
 from pathlib import Path
 
 from bench.common import (
-    METRIC_NAMES, EmbedCache, WholeFileBM25, bench_settings, file_metrics, files_in_order, index_key,
-    is_test_file, mean_metrics, open_or_build, workspace_files,
+    METRIC_NAMES, EmbedCache, apply_overrides, WholeFileBM25, bench_settings, file_metrics, files_in_order, index_key,
+    is_test_file, mean_metrics, open_or_build, question_queries, robustness, robustness_table, workspace_files,
 )
+from bench.validation import LONG_LIMIT, SUFFIXES, validation_cases, validation_tree
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows, rerank_order
-from daemons.lib.keywords import query_keywords
 from daemons.lib import fusion, roles, search
-from daemons.lib import mentions as mentions_mod
+from daemons.lib import mentions as mentions_mod, question as question_mod
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
 from models.cross_encoder import rerank_passage
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused", "cross_encoder", "reranked"]
 SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool", "file_list",
-                   "path_mentions")
+                   "path_mentions", "question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars",
+                   *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
 #: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
 ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
@@ -89,9 +93,56 @@ def reranked_orders(ranked: dict, settings) -> tuple[list[str], list[str]]:
     return files_in_order([paths[i] for i in by_prob]), files_in_order([paths[i] for i in blended])
 
 
+def select_cases(which: str, cache: Path, repos: list[str] | None = None, tags: list[str] | None = None, limit: int = 0,
+                 skip_repos: list[str] = ()) -> tuple[dict[tuple[str, str], list[tuple[dict, Path]]], list[dict]]:
+    """The cases of *which* (an eval case file, ``all`` or ``validation``) that can run, grouped by
+    tree ``(name, version)`` so each index is opened once (each case gains ``gold_resolved``), and
+    the skipped ones with their reasons."""
+    if which == "validation":
+        cases = validation_cases()
+    elif which == "validation-long":
+        cases = validation_cases(LONG_LIMIT, long_only=True)
+    else:
+        cases = load_cases(which)
+    if repos:
+        cases = [c for c in cases if c["repo"] in repos or PYPI_NAMES.get(c["repo"]) in repos]
+    if tags:
+        cases = [c for c in cases if c.get("nearest_tag") in tags]
+    if limit:
+        per_set: dict[str, int] = defaultdict(int)
+        kept = []
+        for c in cases:
+            if per_set[c["set"]] < limit:
+                per_set[c["set"]] += 1
+                kept.append(c)
+        cases = kept
+    skipped: list[dict] = []
+    groups: dict[tuple[str, str], list[tuple[dict, Path]]] = defaultdict(list)
+    for c in cases:
+        if c["repo"] in skip_repos or PYPI_NAMES.get(c["repo"]) in skip_repos:
+            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": "repository left out of this run (--skip-repo)"})
+            continue
+        if c["set"].startswith("validation"):
+            tree, name, info = validation_tree(c["repo"], c["commit"], cache), c["repo"].split("/")[1], c["commit"][:12]
+        else:
+            tree, name, info = tree_for_case(c, cache)
+        if tree is None:
+            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": info})
+            continue
+        gold = [resolve_gold(tree, g) for g in c["gold_files"]]
+        missing = [g for g, r in zip(c["gold_files"], gold) if r is None]
+        if missing:
+            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": f"gold file not in sdist {name}-{info}: {', '.join(missing)}"})
+            continue
+        c["gold_resolved"] = gold
+        groups[(name, info)].append((c, tree))
+    return groups, skipped
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="commits", choices=[*CASE_FILES, "all"])
+    ap.add_argument("--cases", default="commits", choices=[*CASE_FILES, "all", "validation", "validation-long"],
+                    help="an eval case file, all of them, or the validation cases (bench/validation.py) that settings are chosen on")
     ap.add_argument("--repo", action="append", help="owner/name or PyPI name; repeatable")
     ap.add_argument("--skip-repo", action="append", default=[], help="leave this repository out (reported)")
     ap.add_argument("--tag", action="append", help="only cases whose nearest_tag is this (e.g. v3.3.1); repeatable")
@@ -110,12 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = bench_settings()
     if args.embedder:
         settings.embedder_model = args.embedder
-    for item in args.set:
-        name, _, value = item.partition("=")
-        if name not in (*SEARCH_SETTINGS, *ORDER_SETTINGS):
-            ap.error(f"--set {name}: not one of {', '.join((*SEARCH_SETTINGS, *ORDER_SETTINGS))}")
-        kind = type(getattr(settings, name))
-        setattr(settings, name, value.lower() in ("1", "true", "yes", "on") if kind is bool else kind(value))
+    problem = apply_overrides(settings, args.set, (*SEARCH_SETTINGS, *ORDER_SETTINGS))
+    if problem:
+        ap.error(problem)
     embedder = load_embedder(settings.embedder_model)
     emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
     reranker, rerank_note = None, ""
@@ -135,41 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     # the cached rankings depend on the search settings, the role, search and fusion code and the
     # reranker's file, so all of them name the folder
     search_settings = {k: getattr(settings, k) for k in SEARCH_SETTINGS}
-    rules = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod))).hexdigest()[:10]
+    rules = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
     search_key = "s" + hashlib.sha1(json.dumps([search_settings, rerank_note, rules]).encode()).hexdigest()[:10]
-    cases = load_cases(args.cases)
-    if args.repo:
-        cases = [c for c in cases if c["repo"] in args.repo or PYPI_NAMES.get(c["repo"]) in args.repo]
-    if args.tag:
-        cases = [c for c in cases if c.get("nearest_tag") in args.tag]
-    if args.limit:
-        per_set: dict[str, int] = defaultdict(int)
-        kept = []
-        for c in cases:
-            if per_set[c["set"]] < args.limit:
-                per_set[c["set"]] += 1
-                kept.append(c)
-        cases = kept
-
-    skipped: list[dict] = []
+    groups, skipped = select_cases(args.cases, cache, repos=args.repo, tags=args.tag, limit=args.limit, skip_repos=args.skip_repo)
     results: list[dict] = []
-    # group by (name, version) so each index is opened once
-    groups: dict[tuple[str, str], list[tuple[dict, Path]]] = defaultdict(list)
-    for c in cases:
-        if c["repo"] in args.skip_repo or PYPI_NAMES.get(c["repo"]) in args.skip_repo:
-            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": "repository left out of this run (--skip-repo)"})
-            continue
-        tree, name, info = tree_for_case(c, cache)
-        if tree is None:
-            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": info})
-            continue
-        gold = [resolve_gold(tree, g) for g in c["gold_files"]]
-        missing = [g for g, r in zip(c["gold_files"], gold) if r is None]
-        if missing:
-            skipped.append({"id": c["id"], "set": c["set"], "repo": c["repo"], "reason": f"gold file not in sdist {name}-{info}: {', '.join(missing)}"})
-            continue
-        c["gold_resolved"] = gold
-        groups[(name, info)].append((c, tree))
 
     t_start = time.perf_counter()
     for (name, version), items in groups.items():
@@ -177,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         store, build = open_or_build(tree, cache, name, version, settings, embedder, emb_cache, log)
         files, _ = workspace_files(tree, settings)
         indexed = {rel for rel, _ in files}
-        bm25 = WholeFileBM25(files)
+        bm25 = WholeFileBM25(files, suffixes=SUFFIXES.get(items[0][0].get("language", "python"), (".py",)))
         runs = cache / "caseruns" / index_key(name, version, embedder.model_id, settings) / search_key
         runs.mkdir(parents=True, exist_ok=True)
         log(f"  {name}-{version}: {len(items)} cases")
@@ -188,10 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             changed = False
             ranked["bm25_file"] = bm25.search(q, 50)  # cheap: always recomputed, never stale
             if not {"keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused"} <= ranked.keys() or (reranker is not None and "fused_probs" not in ranked):
-                kw = query_keywords(q)
-                vec = embedder.embed_query(q)
+                plan, kw, vec, named = question_queries(q, settings, embedder, store)
                 ranked["keyword"] = files_in_order(store.keyword_search(kw, 50))
-                ranked["vector"] = files_in_order(fold_windows(store.vector_search(vec, 50), limit=50))
+                ranked["vector"] = files_in_order(fold_windows(search._vector_search(store, vec, 50), limit=50))
                 common = dict(vector_k=settings.vector_k, keyword_k=settings.keyword_k, focus_k=settings.focus_k,
                               top_n=settings.rerank_top, rrf_k=settings.rrf_k, file_list=settings.file_list)
                 weights = role_weights(q, settings.test_weight, settings.doc_weight, settings.config_weight)
@@ -200,12 +216,12 @@ def main(argv: list[str] | None = None) -> int:
                     hybrid_search(store, kw, vec, None, **common, file_pool=0, role_weights=weights).candidates)
                 ranked["no_mentions"] = files_in_order(
                     hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights).candidates)
-                named = mentions_mod.mentions(q) if settings.path_mentions else ()
-                res = hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights, mentioned=named)
+                res = hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights, mentioned=named,
+                                    list_weights=settings.list_weights())
                 ranked["fused"] = files_in_order(res.candidates)
                 if reranker is not None:
                     cands = res.candidates
-                    probs = reranker.score(q, [rerank_passage(r["path"], r["text"]) for r in cands]) if cands else []
+                    probs = reranker.score(plan.rerank_query, [rerank_passage(r["path"], r["text"]) for r in cands]) if cands else []
                     ranked["fused_chunks"] = [r["path"] for r in cands]  # one path per chunk, in fused order
                     ranked["fused_probs"] = [round(p, 4) for p in probs]
                     ranked["fused_weights"] = [r["weight"] for r in cands]
@@ -243,9 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         reasons: dict[str, int] = defaultdict(int)
         for s in sk:
             reasons[s["reason"].split(":")[0]] += 1
+        rob = robustness(per_repo, METHODS)
         summary[cs] = {"cases_run": len(rs), "cases_skipped": len(sk), "skip_reasons": dict(reasons), "all": total, "per_repo": per_repo,
-                       "gold_not_indexed_cases": sum(1 for r in rs if r["gold_not_indexed"])}
+                       "robustness": rob, "gold_not_indexed_cases": sum(1 for r in rs if r["gold_not_indexed"])}
         out_tables.append(table(f"== {cs}: {len(rs)} cases run, {len(sk)} skipped {dict(reasons)}", rows))
+        out_tables.append(f"\n{cs}: across repositories with 5 or more cases\n" + robustness_table(rob))
     print("\n".join(out_tables))
     print(f"\nreranker: {rerank_note}")
     doc = {

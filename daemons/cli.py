@@ -365,6 +365,8 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
     emb_status = statuses.get("embedder")
     embedder = ((emb_status or {}).get("details") or {}).get("workspaces") or {}
     model_error = ((emb_status or {}).get("details") or {}).get("model_error") or ""
+    write_error = ((emb_status or {}).get("details") or {}).get("write_error") or ""
+    writes_failed = ((emb_status or {}).get("details") or {}).get("writes_failed") or 0
     out: dict[str, dict[str, Any]] = {}
     # with every daemon down, one plain problem says so, not what each missing daemon would degrade
     all_down = bool(statuses) and all(st is None for st in statuses.values())
@@ -377,6 +379,8 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
         }
         if not Path(root).is_dir():
             problems.append(f"workspace folder {root} does not exist")
+        if write_error:
+            problems.append(f"writes failing: {_write_reason(write_error)} ({writes_failed} failed); indexing resumes by itself when they succeed")
         if w is not None:
             entry.update(files=w.get("files"), indexed_files=w.get("indexed_files"), pending=w.get("pending"),
                          skipped=w.get("skipped"), last_reconcile=w.get("last_reconcile") or None)
@@ -407,6 +411,16 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
                     entry["indexed_files"] = counts["files"]
         out[wid] = entry
     return out
+
+
+def _write_reason(error: str) -> str:
+    """A failed write's error as a user reads it: ``no space left on device`` rather than the errno dump."""
+    low = error.lower()
+    for needle, reason in (("no space left", "no space left on device"), ("disk quota", "disk quota exceeded"),
+                           ("read-only file system", "read-only file system"), ("permission denied", "permission denied")):
+        if needle in low:
+            return reason
+    return error[:200]
 
 
 def _table_counts(folder: Path, settings, problems: list[str]) -> dict[str, int] | None:

@@ -471,6 +471,60 @@ def test_index_directory_read_only(stack: Supervised, ws) -> None:
 
 
 @pytest.mark.timeout(300)
+def test_table_that_cannot_be_created_is_a_failed_write_and_indexing_resumes(stack: Supervised) -> None:
+    """A new workspace's table that cannot be made (indexes folder read-only, as on a full disk) is a failed write: the embedder stays up, status says writes are failing, and the workspace is indexed once writes work again."""
+    if os.geteuid() == 0 and not stack.dropped_root:
+        pytest.skip("running as root without setpriv: file modes do not bind the daemons")
+    from daemons import cli
+
+    indexes = Path(stack.settings.data_dir) / "indexes"
+    indexes.mkdir(parents=True, exist_ok=True)
+    pid = stack.pid("embedder")
+    before = stack.status("embedder").counters.get("writes.failed", 0)
+    mode = indexes.stat().st_mode
+    indexes.chmod(0o555)
+    try:
+        root = make_workspace(stack.base / "w" / "nospace", n=6)
+        wid = stack.add_workspace(root)
+        wait_until(lambda: stack.status("embedder").counters.get("writes.failed", 0) > before, 60, 0.5,
+                   message=lambda: stack.log_text("embedder")[-3000:])
+        time.sleep(3)
+        assert stack.pid("embedder") == pid, "the embedder died on a table it could not create"
+        report = cli.workspace_report(stack.settings, cli.all_status(stack.settings))[wid]
+        assert any(p.startswith("writes failing: permission denied (") for p in report["problems"]), report["problems"]
+    finally:
+        indexes.chmod(mode)
+    stack.wait_indexed(root, 120)
+    assert stack.pid("embedder") == pid
+    assert "table_create_failed" in stack.log_text("embedder")
+    report = cli.workspace_report(stack.settings, cli.all_status(stack.settings))[wid]
+    assert not any(p.startswith("writes failing") for p in report["problems"]), report["problems"]
+
+
+@pytest.mark.timeout(300)
+def test_half_created_table_is_made_again(stack: Supervised) -> None:
+    """A table folder left with no committed version (creation cut short) is made again by the embedder at its next start, and the workspace indexed."""
+    from daemons.lib.workspaces import index_dir
+
+    root = make_workspace(stack.base / "w" / "halfmade", n=6)
+    wid = stack.add_workspace(root)
+    stack.wait_indexed(root)
+    folder = index_dir(stack.settings.data_dir, wid)
+    old = stack.pid("embedder")
+    os.kill(old, signal.SIGSTOP)  # hold it while its table is replaced by a half-made one
+    try:
+        shutil.rmtree(folder / "chunks.lance")
+        (folder / "chunks.lance" / "_versions").mkdir(parents=True)
+        (folder / "chunks.lance" / "_transactions").mkdir()
+    finally:
+        os.kill(old, signal.SIGKILL)
+    wait_until(lambda: stack.alive("embedder") and stack.pid("embedder") != old, 90, 0.3)
+    stack.wait_indexed(root, 120)
+    kind, value = ask(stack.endpoint("front"), AskRequest(question="where is the retry logic?", workspace=wid))
+    assert kind == "ok", value
+
+
+@pytest.mark.timeout(300)
 def test_workspace_deleted_while_indexing(stack: Supervised) -> None:
     """A workspace deleted in the middle of its first indexing: its rows go, every daemon stays up, questions are answered."""
     root = make_workspace(stack.base / "w" / "gone", n=150)

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from daemons.lib import store as store_mod
 from daemons.lib.keywords import file_keyword_text
 from daemons.lib.store import FILE_KEYWORDS, TABLE, IndexStore, RebuildNeeded, schema_for
 
@@ -131,3 +132,22 @@ def test_a_reopened_table_reports_its_last_write_not_never(tmp_path) -> None:
     for reopened in (IndexStore.open_writer(tmp_path / "ix", META), IndexStore.open_reader(tmp_path / "ix")):
         assert reopened.last_update == pytest.approx(past, abs=1)
     assert written > past
+
+
+@pytest.mark.timeout(120)
+def test_document_frequencies_count_files_per_term_and_follow_writes(tmp_path, monkeypatch) -> None:
+    """Term counts are files per keyword term; after a write a call returns the old counts and recounts in the background."""
+    rng = np.random.default_rng(3)
+    store = IndexStore.open_writer(tmp_path / "ix", META)
+    store.replace_file("a.py", rows("a.py", "h1", 2, rng))
+    store.replace_file("b.py", rows("b.py", "h1", 1, rng))
+    df, files = store.document_frequencies(wait=True)
+    assert files == 2
+    assert df["f0"] == 2 and df["f1"] == 1 and df["py"] == 2 and "c" not in df
+    store.replace_file("c.py", rows("c.py", "h1", 1, rng))
+    monkeypatch.setattr(store_mod, "DF_REFRESH_S", 0.0)  # any change is stale at once
+    stale = store.document_frequencies()
+    assert stale is not None and "c" not in stale[0]
+    store._df_thread.join(30)
+    df, files = store.document_frequencies()
+    assert files == 3 and df["c"] == 1

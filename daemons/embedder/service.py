@@ -57,6 +57,8 @@ class Embedder:
         self.chunker_problem = ""
         self.queue_depth = 0
         self.write_failed_at = 0.0
+        #: the last failed write's error, shown by status until a write succeeds
+        self.write_error = ""
         self.pull = runtime.make_socket(self.ctx, zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, 100_000)
 
@@ -79,8 +81,18 @@ class Embedder:
                 except RebuildNeeded as exc:
                     self.log.error("rebuild_needed", workspace=wid, problem=str(exc))
                     idx = WorkspaceIndex(wid, root, None, str(exc))
+                except Exception as exc:  # noqa: BLE001 - a table that cannot be made (full disk, read-only): like a failed write
+                    self._write_failed(wid, "", exc, "table_create_failed")
+                    return WorkspaceIndex(wid, root, None, "")  # not kept: the next batch tries again
                 self.indexes[wid] = idx
             return idx
+
+    def _write_failed(self, wid: str, path: str, exc: BaseException, event: str = "write_failed") -> None:
+        """Count and log a failed write or table creation; the watcher is asked to re-send after WRITE_RETRY_S."""
+        self.stats.incr("writes.failed")
+        self.write_failed_at = time.monotonic()
+        self.write_error = f"{type(exc).__name__}: {exc}"
+        self.log.error(event, workspace=wid, path=path, error=self.write_error)
 
     def rebuild(self, wid: str) -> None:
         entries = self.registry.load()
@@ -124,9 +136,7 @@ class Embedder:
         try:
             self._apply(body, idx, started)
         except Exception as exc:  # noqa: BLE001 - a table that cannot be written (read-only or full disk): keep serving
-            self.stats.incr("writes.failed")
-            self.write_failed_at = time.monotonic()
-            self.log.error("write_failed", workspace=body.workspace, path=body.path, error=f"{type(exc).__name__}: {exc}")
+            self._write_failed(body.workspace, body.path, exc)
             with self.lock:
                 try:
                     idx.catalog = idx.store.catalog()
@@ -162,6 +172,7 @@ class Embedder:
             else:
                 idx.catalog.pop(body.path, None)
             optimized = idx.store.optimize_if_due(self.s.optimize_every)
+            self.write_error = ""
         self.stats.incr("files.indexed")
         self.stats.incr("rows.written", len(rows))
         self.log.info(
@@ -233,7 +244,8 @@ class Embedder:
         return RebuildReply(workspace=msg.body.workspace)
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "chunker_problem": self.chunker_problem, "workspaces": {}}
+        out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "chunker_problem": self.chunker_problem,
+                               "write_error": self.write_error, "writes_failed": self.stats.snapshot().get("writes.failed", 0), "workspaces": {}}
         for wid, idx in list(self.indexes.items()):
             entry: dict[str, Any] = {"root": idx.root, "problem": idx.problem}
             if idx.store is not None:

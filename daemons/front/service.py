@@ -24,7 +24,7 @@ from daemons.lib.config import Settings, load_settings, question_settings_proble
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.fusion import rerank_order
-from daemons.lib.keywords import query_keywords
+from daemons.lib.question import plan_for
 from daemons.lib.log import configure
 from daemons.lib.mentions import mentions
 from daemons.lib.roles import role_weights
@@ -122,7 +122,9 @@ class Front:
         buffers = {self._rel(root, p): text for p, text in req.buffers.items()}
         searched, follow_up = self.conversations.effective_question(req.conversation_id, req.question)
         focus = focus_files(active, visible, self.conversations.previous_files(req.conversation_id), open_docs, limit=self.s.focus_files)
-        stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus)
+        qplan = plan_for(searched, self.s)
+        stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus,
+              **({"question": qplan.analysis.account()} if qplan.analysis is not None else {}))
 
         _, problem = question_settings_problem(req.settings.threshold, req.settings.snippet_count, req.settings.budget_chars)
         if problem:
@@ -166,7 +168,7 @@ class Front:
         if candidates and req.settings.rerank:
             try:
                 rr = self._client("reranker", self.s.endpoint("reranker")).request(
-                    RerankRequest(query=searched, passages=[rerank_passage(c.path, c.text) for c in candidates]),
+                    RerankRequest(query=qplan.rerank_query, passages=[rerank_passage(c.path, c.text) for c in candidates]),
                     timeout_ms=self.s.reranker_timeout_ms + 1000,
                 ).body
                 probs = list(rr.scores)
@@ -278,13 +280,15 @@ class Front:
         return text
 
     def _local_search(self, wid: str, question: str, focus: list[str]) -> tuple[list[Candidate], str]:
-        keyword_query = query_keywords(question)
         store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
         if store is None:
-            return [], keyword_query
+            return [], plan_for(question, self.s).keyword_query
+        counts = store.document_frequencies(wait=True)
+        keyword_query = plan_for(question, self.s, counts[0] if counts else None).keyword_query
         result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
                                mentioned=mentions(question) if self.s.path_mentions else (),
-                               role_weights=role_weights(question, self.s.test_weight, self.s.doc_weight, self.s.config_weight))
+                               role_weights=role_weights(question, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
+                               list_weights=self.s.list_weights())
         return to_candidates(result.candidates), keyword_query
 
     def _ask_team(self, spec: str, question: str) -> list[Hit]:

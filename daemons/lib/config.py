@@ -8,7 +8,6 @@ means a rebuild, which the embedder detects and reports instead of mixing rows.
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
 import re
@@ -18,7 +17,8 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import Any, get_type_hints
 
-from daemons.lib.fusion import BOTH, FILE_LISTS
+from daemons.lib.fusion import BOTH, FILE_BM25, FILE_KEYWORD, FILE_LISTS, KEYWORD, LIST_WEIGHTS, MENTIONED, VECTOR
+from daemons.lib.question import DENSE_MAX_WINDOWS, DENSE_QUERIES, KEYWORD_MAX_TERMS, RERANK_QUERY_CHARS, WHOLE
 
 APP = "wsctx"
 
@@ -71,6 +71,23 @@ class Settings:
     file_list: str = BOTH
     # the files the question names (paths, dotted modules) fused as one more list (mentions.py)
     path_mentions: bool = True
+    # a question is split into prose, code, traceback and error lines, and each search gets the
+    # parts that carry most (question.py); off: every search gets the whole question (SPEC §2)
+    question_analysis: bool = False
+    # keyword terms kept from a long question (question.py)
+    keyword_max_terms: int = KEYWORD_MAX_TERMS
+    # how a long question's vector is made: whole, condensed, mean or max (question.py)
+    dense_query: str = WHOLE
+    # texts embedded for one long question (dense_query mean or max)
+    dense_windows: int = DENSE_MAX_WINDOWS
+    # characters of a long question the cross-encoder reads (question.py)
+    rerank_query_chars: int = RERANK_QUERY_CHARS
+    # each list's vote in reciprocal rank fusion (fusion.LIST_WEIGHTS; 0 leaves a list out)
+    list_weight_vector: float = LIST_WEIGHTS[VECTOR]
+    list_weight_keyword: float = LIST_WEIGHTS[KEYWORD]
+    list_weight_file_keyword: float = LIST_WEIGHTS[FILE_KEYWORD]
+    list_weight_file_bm25: float = LIST_WEIGHTS[FILE_BM25]
+    list_weight_mentioned: float = LIST_WEIGHTS[MENTIONED]
     # RRF multipliers for test, doc and config files when the question does not ask for them (roles.py)
     test_weight: float = 0.5
     doc_weight: float = 0.5
@@ -111,6 +128,10 @@ class Settings:
     def control_endpoint(self, daemon: str) -> str:
         return self.endpoint(f"{daemon}.ctl")
 
+    def list_weights(self) -> dict[str, float]:
+        """Each fused list's vote by list name, for ``hybrid_search``."""
+        return {name: float(getattr(self, f"list_weight_{name}")) for name in LIST_WEIGHTS}
+
     def index_shape(self) -> dict[str, Any]:
         """The settings that shaped the rows; recorded in the table and compared on open."""
         return {k: getattr(self, k) for k in INDEX_SHAPING}
@@ -137,7 +158,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "embed_threads": (0, None), "optimize_every": (1, None), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
     "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
-    "team_timeout_ms": (1, None),
+    "team_timeout_ms": (1, None), "keyword_max_terms": (0, None), "dense_windows": (1, None), "rerank_query_chars": (1, None),
+    **{f"list_weight_{name}": (0.0, None) for name in LIST_WEIGHTS},
 }
 
 
@@ -249,4 +271,6 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
         raise ValueError(f"runtime_dir {settings.runtime_dir!r} is too long for ipc socket paths")
     if settings.file_list not in FILE_LISTS:
         raise ValueError(f"file_list {settings.file_list!r}: use {', '.join(FILE_LISTS)}")
+    if settings.dense_query not in DENSE_QUERIES:
+        raise ValueError(f"dense_query {settings.dense_query!r}: use {', '.join(DENSE_QUERIES)}")
     return settings

@@ -3,7 +3,7 @@ candidates (SPEC §1 "Windows", §2 "Fusion", "The cross-encoder")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 #: Reciprocal rank fusion constant: each list gives each member 1/(k + rank).
@@ -33,6 +33,9 @@ FOCUS_KEYWORD = "focus_keyword"
 FILE_KEYWORD = "file_keyword"
 FILE_BM25 = "file_bm25"
 MENTIONED = "mentioned"
+
+#: Each list's vote in the fusion (``rrf`` weights; settings ``list_weight_<name>``); SPEC §2: 1 each.
+LIST_WEIGHTS: dict[str, float] = {VECTOR: 1.0, KEYWORD: 1.0, FILE_KEYWORD: 1.0, FILE_BM25: 1.0, MENTIONED: 1.0}
 
 #: ``file_list`` values (the setting and ``hybrid_search``): which file-ranked keyword lists are fused.
 BOTH, CHUNKS, FILES = "both", "chunks", "files"
@@ -88,10 +91,12 @@ def fold_windows(
     return out[:limit] if limit is not None else out
 
 
-def rrf(ranked: Mapping[str, Sequence[str]], k: int = RRF_K) -> list[Fused]:
+def rrf(ranked: Mapping[str, Sequence[str]], k: int = RRF_K, weights: Mapping[str, float] | None = None) -> list[Fused]:
     """Reciprocal rank fusion of named ranked id lists.
 
-    Each list gives each member ``1 / (k + rank)`` with 1-based ranks; an id
+    Each list gives each member ``weight / (k + rank)`` with 1-based ranks, its weight from
+    *weights* (1.0 for a list not named there, or without weights; a list of weight 0 is left
+    out, ranks included); an id
     repeated within one list counts at its first position only. Sorted by score
     descending (compared to 12 decimals, so float summation order
     cannot matter), ties broken by best (smallest) rank, then by id, so the result
@@ -100,16 +105,35 @@ def rrf(ranked: Mapping[str, Sequence[str]], k: int = RRF_K) -> list[Fused]:
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     for retriever, ids in ranked.items():
+        w = 1.0 if weights is None else float(weights.get(retriever, 1.0))
+        if w <= 0:
+            continue
         seen: set[str] = set()
         for rank, cid in enumerate(ids, start=1):
             if cid in seen:
                 continue
             seen.add(cid)
-            scores[cid] = scores.get(cid, 0.0) + 1.0 / (k + rank)
+            scores[cid] = scores.get(cid, 0.0) + w / (k + rank)
             ranks.setdefault(cid, {})[retriever] = rank
     fused = [Fused(cid, scores[cid], ranks[cid]) for cid in scores]
     fused.sort(key=lambda f: (-round(f.score, 12), min(f.ranks.values()), str(f.id)))
     return fused
+
+
+def weighted_fuse(
+    ranked: Mapping[str, Sequence[str]],
+    role_weight: Callable[[str], float],
+    k: int = RRF_K,
+    weights: Mapping[str, float] | None = None,
+) -> list[tuple[Fused, float, float]]:
+    """:func:`rrf` with each id's score multiplied by ``role_weight(id)``: ``(fused, role weight,
+    weighted score)`` triples, best first; equal weighted scores keep rrf's deterministic order."""
+    out = []
+    for f in rrf(ranked, k=k, weights=weights):
+        w = role_weight(f.id)
+        out.append((f, w, f.score * w))
+    out.sort(key=lambda t: -round(t[2], 12))
+    return out
 
 
 def file_keyword_list(

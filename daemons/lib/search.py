@@ -36,7 +36,7 @@ import numpy as np
 
 from daemons.lib.fusion import (
     BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, MENTIONED,
-    VECTOR, file_keyword_list, fold_windows, rrf,
+    VECTOR, file_keyword_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
 from daemons.lib.roles import weight_of
@@ -75,6 +75,7 @@ def hybrid_search(
     role_weights: Mapping[str, float] | None = None,
     file_list: str = BOTH,
     mentioned: Sequence[str] = (),
+    list_weights: Mapping[str, float] | None = None,
 ) -> SearchResult:
     """Run the searches concurrently and return the fused top ``top_n`` chunk rows.
 
@@ -82,13 +83,15 @@ def hybrid_search(
     per list) and ``weight`` (the role weight applied, 1.0 for source or without weights).
     ``file_pool`` 0 leaves the file lists out (the four lists of SPEC §2 alone). ``mentioned``
     is the question's path-like tokens (``mentions.mentions``): the files they name form the
-    ``mentioned`` list, each at its representative chunk.
+    ``mentioned`` list, each at its representative chunk. A 2-D ``query_vector`` searches with each
+    row and keeps each chunk at its nearest (``question.MAX``). ``list_weights`` is each list's vote in
+    the fusion by list name (``fusion.rrf``; a list not named counts 1.0).
     """
     if file_list not in FILE_LISTS:
         raise ValueError(f"file_list is {file_list!r}, not one of {', '.join(FILE_LISTS)}")
     jobs: dict[str, Any] = {}
     if query_vector is not None and vector_k > 0:
-        jobs[VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, vector_k)
+        jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, vector_k)
     if use_keywords and keyword_k > 0:
         jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, max(keyword_k, file_pool))
         if file_pool > 0 and file_list != CHUNKS:
@@ -96,7 +99,7 @@ def hybrid_search(
             jobs[FILE_BM25] = _POOL.submit(_timed, store.file_keyword_search, keyword_query, 2 * keyword_k)
     if focus_paths and focus_k > 0:
         if query_vector is not None:
-            jobs[FOCUS_VECTOR] = _POOL.submit(_timed, store.vector_search, query_vector, focus_k, focus_paths)
+            jobs[FOCUS_VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, focus_k, focus_paths)
         if use_keywords:
             jobs[FOCUS_KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, focus_k, focus_paths)
     rows_by_chunk: dict[str, dict[str, Any]] = {}
@@ -138,12 +141,7 @@ def hybrid_search(
         for r in rows:
             rows_by_chunk.setdefault(r["chunk_id"], r)
     t0 = time.perf_counter()
-    weighted = []
-    for f in rrf(lists, k=rrf_k):
-        w = weight_of(rows_by_chunk[f.id]["path"], role_weights)
-        weighted.append((f, w, f.score * w))
-    # stable: equal weighted scores keep rrf's deterministic order
-    weighted.sort(key=lambda t: -round(t[2], 12))
+    weighted = weighted_fuse(lists, lambda cid: weight_of(rows_by_chunk[cid]["path"], role_weights), rrf_k, list_weights)
     timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
     candidates = []
     for f, w, score in weighted[:top_n]:
@@ -153,6 +151,14 @@ def hybrid_search(
         row["weight"] = w
         candidates.append(row)
     return SearchResult(candidates, lists, timings)
+
+
+def _vector_search(store: IndexStore, vectors: np.ndarray, k: int, paths: list[str] | None = None) -> list[dict[str, Any]]:
+    """The *k* nearest windows of one query vector, or of each row of a 2-D array (their rows
+    together, for ``fold_windows`` to keep each chunk at its nearest)."""
+    if vectors.ndim == 1:
+        return store.vector_search(vectors, k, paths)
+    return [row for v in vectors for row in store.vector_search(v, k, paths)]
 
 
 def representatives(

@@ -17,6 +17,7 @@ import json
 import shutil
 import threading
 import time
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable
@@ -31,6 +32,8 @@ from daemons.lib.keywords import file_keyword_text
 TABLE = "chunks"
 #: Past this many rows a flat vector scan gets slow (~100 ms at 50k rows on 2 cores): build HNSW.
 VECTOR_INDEX_MIN_ROWS = 50_000
+#: Term counts (``document_frequencies``) are recounted at most this often after writes.
+DF_REFRESH_S = 60.0
 META_KEY = b"wsctx"
 FTS_CONFIG = dict(
     with_position=True, base_tokenizer="simple", language="English", lower_case=True, stem=True,
@@ -97,6 +100,17 @@ def table_mtime(folder: Path) -> float | None:
         return None
 
 
+def _half_created(folder: Path) -> bool:
+    """True when the table folder exists but no version of it was ever committed."""
+    versions = folder / f"{TABLE}.lance" / "_versions"
+    try:
+        return not any(versions.iterdir())
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # unreadable: let opening it say why
+
+
 class IndexStore:
     """A workspace's table. Open with ``open_writer`` (creates) or ``open_reader`` (None if absent)."""
 
@@ -112,6 +126,9 @@ class IndexStore:
         #: files given their whole-file document when the writer opened the table (an older table)
         self.file_keywords_filled = 0
         self._paths: tuple[int, frozenset[str]] | None = None
+        #: (table version, monotonic time, term -> files, files) of document_frequencies
+        self._df: tuple[int, float, dict[str, int], int] | None = None
+        self._df_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -121,13 +138,16 @@ class IndexStore:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         db = lancedb.connect(str(folder))
-        if TABLE in db.list_tables().tables:
+        if TABLE in db.list_tables().tables and not _half_created(folder):
             store = cls(folder, db.open_table(TABLE), db)
             problems = store.mismatch(meta)
             if problems:
                 raise RebuildNeeded("rebuild needed: " + "; ".join(problems))
             store.file_keywords_filled = store.add_file_keywords()
             return store
+        # a creation cut short (full disk, kill) leaves a table folder with no committed version,
+        # which lancedb lists but cannot open: it holds no rows, so it is made again
+        shutil.rmtree(folder / f"{TABLE}.lance", ignore_errors=True)
         table = db.create_table(TABLE, schema=schema_for(int(meta["dim"]), meta))
         store = cls(folder, table, db)
         store.ensure_indexes()
@@ -139,7 +159,7 @@ class IndexStore:
         if not folder.is_dir():
             return None
         db = lancedb.connect(str(folder), read_consistency_interval=timedelta(seconds=0))
-        if TABLE not in db.list_tables().tables:
+        if TABLE not in db.list_tables().tables or _half_created(folder):
             return None
         return cls(folder, db.open_table(TABLE), db)
 
@@ -279,6 +299,41 @@ class IndexStore:
             tbl = self.table.search().where("chunk_index = 0 AND window = 0").select(["path"]).limit(None).to_arrow()
             cached = self._paths = (version, frozenset(tbl.column("path").to_pylist()))
         return cached[1]
+
+    def document_frequencies(self, wait: bool = False) -> tuple[dict[str, int], int] | None:
+        """``(term -> number of files whose keyword text holds it, number of files)`` from the
+        whole-file column, for weighing a long question's terms by rarity.
+
+        Counting a big workspace takes a second or more, so it is cached: after a write, a call
+        returns the previous counts and recounts in a background thread, at most once per
+        ``DF_REFRESH_S``. Without counts yet (first call, or a table without the column) it returns
+        None and starts the count, unless *wait* (benchmarks), which counts now when stale.
+        """
+        version, now = self.table.version, time.monotonic()
+        cached = self._df
+        fresh = cached is not None and (cached[0] == version or now - cached[1] < DF_REFRESH_S)
+        if fresh or not self.has_file_keywords:
+            return (cached[2], cached[3]) if cached else None
+        if wait:
+            self._count_terms()
+            return (self._df[2], self._df[3]) if self._df else None
+        with self._lock:
+            if self._df_thread is None or not self._df_thread.is_alive():
+                self._df_thread = threading.Thread(target=self._count_terms, name="term-count", daemon=True)
+                self._df_thread.start()
+        return (cached[2], cached[3]) if cached else None
+
+    def _count_terms(self) -> None:
+        version, started = self.table.version, time.monotonic()
+        try:
+            col = self.table.search().where(f"{FILE_KEYWORDS} IS NOT NULL AND {FILE_KEYWORDS} != ''").select([FILE_KEYWORDS]).limit(None).to_arrow()
+        except (OSError, ValueError, RuntimeError):
+            return  # the table changed under us; the next call tries again
+        df: Counter[str] = Counter()
+        texts = col.column(FILE_KEYWORDS).to_pylist()
+        for text in texts:
+            df.update(set(text.split()))
+        self._df = (version, started, dict(df), len(texts))
 
     def first_rows(self, paths: list[str]) -> list[dict[str, Any]]:
         """Each of ``paths``' first chunk row (chunk 0, window 0), in no particular order."""

@@ -16,7 +16,7 @@ import zmq
 
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
-from daemons.lib.keywords import query_keywords
+from daemons.lib.question import QueryPlan, combine_vectors, plan_for
 from daemons.lib.mentions import mentions
 from daemons.lib.log import configure
 from daemons.lib.roles import role_weights
@@ -78,6 +78,7 @@ class Searcher:
                 store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
                 if store is not None:
                     self.stores[wid] = store
+                    store.document_frequencies()  # starts the term count a long question's keyword query uses
             return store
 
     def search(self, msg: envelope.Message) -> SearchReply:
@@ -87,12 +88,16 @@ class Searcher:
         if req.workspace not in entries:
             raise UnknownWorkspace(f"unknown workspace {req.workspace!r}")
         timings: dict[str, float] = {}
-        keyword_query = query_keywords(req.question)
         store = self.store_for(req.workspace)
+        t0 = time.perf_counter()
+        counts = store.document_frequencies() if store is not None else None  # None at first: counted in the background
+        qplan = plan_for(req.question, self.s, counts[0] if counts else None)
+        timings["analyse"] = round((time.perf_counter() - t0) * 1000, 2)
+        keyword_query = qplan.keyword_query
         if store is None:
             return SearchReply(keyword_query=keyword_query, candidates=[], degraded=["index not built yet"], index={"rows": 0})
         t0 = time.perf_counter()
-        vector, model_id, problem = self.embedder.embed(req.question, req.embed_timeout_ms)
+        vector, model_id, problem = self.embed_plan(qplan, req.embed_timeout_ms)
         timings["embed"] = round((time.perf_counter() - t0) * 1000, 2)
         meta = store.meta
         if vector is not None and model_id != meta.get("model_id"):
@@ -120,12 +125,28 @@ class Searcher:
             index={"model_id": meta.get("model_id"), "list_sizes": {k: len(v) for k, v in result.lists.items()}},
         )
 
+    def embed_plan(self, qplan: QueryPlan, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
+        """The question's query vector (or one row per text for ``dense_query = max``), within
+        *timeout_ms* in all; ``(None, "", problem)`` when any text fails."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        vectors, model_id = [], ""
+        for text in qplan.dense_texts:
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0:
+                return None, "", DEGRADED_EMBEDDER_SLOW
+            vec, model_id, problem = self.embedder.embed(text, left)
+            if vec is None:
+                return None, "", problem
+            vectors.append(vec)
+        return combine_vectors(np.stack(vectors), qplan.dense), model_id, ""
+
     def _run(self, store: IndexStore, keyword_query: str, vector: np.ndarray | None, req: Any):
         return hybrid_search(
             store, keyword_query, vector, req.focus_paths,
             vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
             mentioned=mentions(req.question) if self.s.path_mentions else (),
             role_weights=role_weights(req.question, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
+            list_weights=self.s.list_weights(),
         )
 
     def run(self) -> None:

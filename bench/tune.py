@@ -1,0 +1,288 @@
+"""Choose the fusion settings on validation cases: each list's weight, the RRF constant, and the
+blend of fused and cross-encoder order (issue 19). Prints the validation table; writes JSON.
+
+Every case's lists are computed once with the product's ``hybrid_search`` at the product's list
+lengths, every candidate kept with its rank in each list and its role weight (cached under
+``<cache>/tune/``). A setting is then scored by fusing those lists again with
+``fusion.weighted_fuse``, the product's own fusion, so the figure is what the product would
+answer with that setting. The cross-encoder scores each top-12 chunk once (cached too).
+
+The objective is the mean over repositories of each repository's MRR (each repository counts
+once), and a setting must not put any repository below its own vector or keyword list alone
+(``floor``). Settings are chosen on ``--cases validation`` (bench/validation.py); ``--cases
+commits`` or ``swebench`` only *report* the chosen settings next to the shipped ones.
+
+    python -m bench.tune                                  # choose on validation, no cross-encoder
+    python -m bench.tune --rerank                         # also the blend, with the cross-encoder
+    python -m bench.tune --cases commits --rerank --report bench/results/tune_validation.json
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import sys
+import time
+from collections import defaultdict
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import (
+    METRIC_NAMES, EmbedCache, apply_overrides, bench_settings, file_metrics, files_in_order, index_key, mean_metrics, open_or_build,
+    question_queries,
+)
+from bench.quality import select_cases
+from bench.repos import DEFAULT_CACHE
+from daemons.lib import fusion, mentions as mentions_mod, question as question_mod, roles, search
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, rerank_order, weighted_fuse
+from daemons.lib.roles import file_role, role_weights
+from daemons.lib.search import hybrid_search
+from models.cross_encoder import rerank_passage
+
+OUT = Path(__file__).resolve().parent / "results" / "tune.json"
+LISTS = (VECTOR, KEYWORD, FILE_KEYWORD, FILE_BM25, MENTIONED)
+#: The grid: each list's weight, and the RRF constant.
+GRID: dict[str, tuple[float, ...]] = {
+    VECTOR: (0.5, 1.0, 1.5, 2.0, 3.0),
+    KEYWORD: (0.0, 0.5, 1.0),
+    FILE_KEYWORD: (0.0, 0.5, 1.0, 2.0),
+    FILE_BM25: (0.0, 0.5, 1.0, 2.0),
+    MENTIONED: (0.5, 1.0, 2.0),
+    "rrf_k": (10, 30, 60),
+}
+#: Stage 2: test, doc and config multipliers tried on the best ROLE_FINALISTS list settings.
+ROLE_GRID: dict[str, tuple[float, ...]] = {"test": (0.1, 0.25, 0.5, 1.0), "doc": (0.1, 0.25, 0.5, 1.0), "config": (0.25, 0.5, 1.0)}
+ROLE_FINALISTS = 10
+#: Question settings a run can be given (``--set``); they name the cache.
+SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars")
+BLEND_K = (0, 5, 10, 30, 60)
+BLEND_WEIGHT = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 100.0)
+TOP_N = 12
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def case_lists(store: Any, embedder: Any, q: str, settings: Any) -> dict[str, Any]:
+    """Every list of the question with every candidate: ``lists`` (chunk ids by list, in rank
+    order), ``paths``, ``texts`` and ``roles`` (each chunk's role weight for this question)."""
+    weights = role_weights(q, settings.test_weight, settings.doc_weight, settings.config_weight)
+    plan, kw, vec, named = question_queries(q, settings, embedder, store)
+    res = hybrid_search(store, kw, vec, None, vector_k=settings.vector_k,
+                        keyword_k=settings.keyword_k, focus_k=settings.focus_k, top_n=10**6, rrf_k=settings.rrf_k,
+                        file_list=settings.file_list, file_pool=settings.file_keyword_pool, role_weights=weights, mentioned=named)
+    rows = {r["chunk_id"]: r for r in res.candidates}
+    return {"rerank_query": plan.rerank_query, "lists": res.lists, "paths": {c: r["path"] for c, r in rows.items()}, "texts": {c: r["text"] for c, r in rows.items()},
+            "roles": {c: r["weight"] for c, r in rows.items()}, "probs": {}}
+
+
+def fused_top(data: dict[str, Any], weights: dict[str, float], rrf_k: int, top_n: int = TOP_N) -> list[str]:
+    """The product's fused top *top_n* chunk ids under list *weights* and *rrf_k*; *weights* may
+    also hold ``test``, ``doc`` and ``config`` role multipliers (else the shipped ones apply)."""
+    roles_, kinds = data["roles"], data["kinds"]
+
+    def role_weight(cid: str) -> float:
+        # a test, doc or config chunk the question did not ask for takes the setting's multiplier
+        return weights.get(kinds[cid], roles_[cid]) if cid in kinds else roles_[cid]
+
+    return [f.id for f, _, _ in weighted_fuse(data["lists"], role_weight, rrf_k, weights)[:top_n]]
+
+
+def final_files(data: dict[str, Any], top: list[str], k: int, weight: float) -> list[str]:
+    """The product's final file order of *top* (fused order) blended with the cross-encoder."""
+    paths = [data["paths"][c] for c in top]
+    weighted = [data["probs"][c] * data["roles"][c] for c in top]
+    keys = rerank_order(paths, weighted, k, weight)
+    order = sorted(range(len(top)), key=lambda i: (-keys[i], -weighted[i], i))
+    return files_in_order([paths[i] for i in order])
+
+
+def score(cases: list[dict], files_of) -> dict[str, Any]:
+    """Metrics per repository and their mean over repositories, for ranked files ``files_of(case)``."""
+    per: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for c in cases:
+        per[c["repo"]].append(file_metrics(files_of(c), c["gold_resolved"]))
+    per_repo = {r: mean_metrics(ms) for r, ms in per.items()}
+    return {"per_repo": per_repo, "repo_mean": {m: round(float(np.mean([v[m] for v in per_repo.values()])), 2) for m in METRIC_NAMES},
+            "case_mean": mean_metrics([m for ms in per.values() for m in ms])}
+
+
+def config_name(weights: dict[str, float], rrf_k: int) -> str:
+    return " ".join(f"{k}={v:g}" for k, v in weights.items()) + f" rrf_k={rrf_k}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="validation", help="validation (choose), or an eval case set (report only)")
+    ap.add_argument("--rerank", action="store_true", help="score with the cross-encoder and choose the blend")
+    ap.add_argument("--finalists", type=int, default=8, help="fusion settings, best first, that go on to the blend grid")
+    ap.add_argument("--report", help="a tune JSON from a validation run: report its chosen settings on --cases instead of choosing")
+    ap.add_argument("--embedder", default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help=f"one of {', '.join(SETTINGS)}; repeatable")
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    cache = Path(args.cache).expanduser()
+    out = Path(args.out or (OUT.with_name(f"tune_{args.cases}.json")))
+
+    from models.embedding import load_embedder
+
+    settings = bench_settings()
+    if args.embedder:
+        settings.embedder_model = args.embedder
+    problem = apply_overrides(settings, args.set, SETTINGS)
+    if problem:
+        ap.error(problem)
+    embedder = load_embedder(settings.embedder_model)
+    emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
+    reranker, rerank_id = None, ""
+    if args.rerank:
+        from models.cross_encoder import load_cross_encoder
+
+        reranker = load_cross_encoder(None, threads=2)
+        rerank_id = reranker.model_id
+    code = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
+    key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", "test_weight", "doc_weight",
+                                    "config_weight", "file_keyword_pool", "file_list", "path_mentions",
+                                    *SETTINGS)}, code]).encode()).hexdigest()[:10]
+    groups, skipped = select_cases(args.cases, cache)
+    cases: list[dict] = []
+    datas: dict[str, dict[str, Any]] = {}
+    files: dict[str, Path] = {}
+    t0 = time.perf_counter()
+    for (name, version), items in groups.items():
+        store, _ = open_or_build(items[0][1], cache, name, version, settings, embedder, emb_cache, log)
+        folder = cache / "tune" / index_key(name, version, embedder.model_id, settings) / key
+        folder.mkdir(parents=True, exist_ok=True)
+        for c, _ in items:
+            cid = c["set"] + ":" + c["id"]
+            f = folder / (hashlib.sha1(cid.encode()).hexdigest()[:16] + ".json")
+            if f.is_file():
+                data = json.loads(f.read_text())
+            else:
+                data = case_lists(store, embedder, c["query"], settings)
+                f.write_text(json.dumps(data))
+            data["kinds"] = {x: file_role(data["paths"][x]) for x, w in data["roles"].items() if w < 1.0}
+            datas[cid], files[cid] = data, f
+            c["key"] = cid
+            cases.append(c)
+        log(f"  {name}-{version}: {len(items)} cases ({time.perf_counter() - t0:.0f} s so far)")
+
+    shipped = ({l: 1.0 for l in LISTS}, settings.rrf_k)
+    if args.report:
+        given = json.loads(Path(args.report).read_text())["chosen"]
+        configs = [shipped, (given["list_weights"], given["rrf_k"])]
+        # report mode measures exactly the two settings: nothing is chosen on these cases
+        report_blends = {0: (settings.rerank_fusion_k, settings.rerank_fusion_weight),
+                         1: (given.get("rerank_fusion_k", settings.rerank_fusion_k), given.get("rerank_fusion_weight", settings.rerank_fusion_weight))}
+    else:
+        configs = [({l: w for l, w in zip(LISTS, combo[:-1])}, combo[-1]) for combo in itertools.product(*GRID.values())]
+        if shipped not in configs:
+            configs.append(shipped)
+    alone = {lst: score(cases, lambda c, lst=lst: files_in_order([datas[c["key"]]["paths"][x] for x in datas[c["key"]]["lists"].get(lst, [])]))
+             for lst in (VECTOR, KEYWORD)}
+    floor = {r: max(alone[VECTOR]["per_repo"][r]["mrr"], alone[KEYWORD]["per_repo"][r]["mrr"]) for r in alone[VECTOR]["per_repo"]}
+
+    def fused_score(cfg):
+        w, k = cfg
+        return score(cases, lambda c: files_in_order([datas[c["key"]]["paths"][x] for x in fused_top(datas[c["key"]], w, k)]))
+
+    log(f"scoring {len(configs)} fusion settings on {len(cases)} cases")
+    fused = [(cfg, fused_score(cfg)) for cfg in configs]
+    fused.sort(key=lambda t: -t[1]["repo_mean"]["mrr"])
+    if not args.report:
+        # stage 2: the role multipliers, on the best list settings
+        more = []
+        for (w, k), _ in fused[:ROLE_FINALISTS]:
+            for combo in itertools.product(*ROLE_GRID.values()):
+                roles_w = dict(zip(ROLE_GRID, combo))
+                if roles_w != {"test": settings.test_weight, "doc": settings.doc_weight, "config": settings.config_weight}:
+                    cfg = ({**w, **roles_w}, k)
+                    more.append((cfg, fused_score(cfg)))
+        fused += more
+        fused.sort(key=lambda t: -t[1]["repo_mean"]["mrr"])
+    shipped_fused = next(s for cfg, s in fused if cfg == shipped)
+
+    def below_floor(s: dict[str, Any]) -> list[str]:
+        return [r for r, v in s["per_repo"].items() if v["mrr"] < floor[r]]
+
+    lines = [f"\n== {args.cases}: {len(cases)} cases, {len(floor)} repositories, {len(skipped)} skipped; objective: repository-mean MRR",
+             f"{'setting':64s} {'r@1':>6s} {'r@5':>6s} {'r@10':>6s} {'MRR':>6s}  below own best list"]
+
+    def row(label: str, s: dict[str, Any]) -> str:
+        m = s["repo_mean"]
+        return f"{label:64s} {m['recall@1']:6.1f} {m['recall@5']:6.1f} {m['recall@10']:6.1f} {m['mrr']:6.1f}  {','.join(below_floor(s)) or '-'}"
+
+    for lst, s in alone.items():
+        lines.append(row(f"{lst} list alone", s))
+    lines.append(row("shipped fusion (" + config_name(*shipped) + ")", shipped_fused))
+    for cfg, s in fused[:10]:
+        lines.append(row(config_name(*cfg), s))
+    if args.report:
+        best_fused = next((cfg, s) for cfg, s in fused if cfg == configs[1])
+    else:
+        best_fused = next(((cfg, s) for cfg, s in fused if not below_floor(s)), fused[0])
+
+    doc: dict[str, Any] = {"date": date.today().isoformat(), "cases": args.cases, "n": len(cases), "skipped": len(skipped),
+                           "embedder": embedder.model_id, "reranker": rerank_id, "grid": {k: list(v) for k, v in GRID.items()},
+                           "alone": alone, "shipped_fused": shipped_fused,
+                           "top_fused": [{"list_weights": cfg[0], "rrf_k": cfg[1], **s} for cfg, s in fused[:20]]}
+    chosen = {"list_weights": best_fused[0][0], "rrf_k": best_fused[0][1], "fused": best_fused[1]}
+    if reranker is not None:
+        finalists = [cfg for cfg, _ in fused[: args.finalists]]
+        if args.report:
+            finalists = configs
+        elif shipped not in finalists:
+            finalists.append(shipped)
+        scored = 0
+        for c in cases:
+            data = datas[c["key"]]
+            need = sorted({x for w, k in finalists for x in fused_top(data, w, k)} - data["probs"].keys())
+            if need:
+                probs = reranker.score(data["rerank_query"], [rerank_passage(data["paths"][x], data["texts"][x]) for x in need])
+                data["probs"].update({x: round(float(p), 5) for x, p in zip(need, probs)})
+                files[c["key"]].write_text(json.dumps(data))
+                scored += len(need)
+        log(f"cross-encoder scored {scored} new passages")
+        blends = []
+        for i, (w, k) in enumerate(finalists):
+            tops = {c["key"]: fused_top(datas[c["key"]], w, k) for c in cases}
+            for bk, bw in ([report_blends[i]] if args.report else itertools.product(BLEND_K, BLEND_WEIGHT)):
+                s = score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], bk, bw))
+                blends.append(((w, k, bk, bw), s))
+        blends.sort(key=lambda t: -t[1]["repo_mean"]["mrr"])
+        lines.append("\nfinal order (fused blended with the cross-encoder: rerank_fusion_k, rerank_fusion_weight)")
+        shipped_final = next(s for (w, k, bk, bw), s in blends
+                             if (w, k) == shipped and (bk, bw) == (settings.rerank_fusion_k, settings.rerank_fusion_weight))
+        lines.append(row(f"shipped: {config_name(*shipped)} blend {settings.rerank_fusion_k}/{settings.rerank_fusion_weight:g}", shipped_final))
+        for (w, k, bk, bw), s in blends[:10]:
+            lines.append(row(f"{config_name(w, k)} blend {bk}/{bw:g}", s))
+        if args.report:
+            (w, k, bk, bw), s = next((cfg, s) for cfg, s in blends if (cfg[0], cfg[1]) == configs[1])
+        else:
+            (w, k, bk, bw), s = next(((cfg, s) for cfg, s in blends if not below_floor(s)), blends[0])
+        chosen = {"list_weights": w, "rrf_k": k, "rerank_fusion_k": bk, "rerank_fusion_weight": bw, "final": s,
+                  "fused": fused_score((w, k))}
+        doc["shipped_final"] = shipped_final
+        doc["top_final"] = [{"list_weights": c[0], "rrf_k": c[1], "rerank_fusion_k": c[2], "rerank_fusion_weight": c[3], **s}
+                            for c, s in blends[:20]]
+    doc["chosen"] = chosen
+    lines.append(f"\n{'measured (chosen on ' + args.report + ')' if args.report else 'chosen'}: {config_name(chosen['list_weights'], chosen['rrf_k'])}"
+                 + (f" blend {chosen['rerank_fusion_k']}/{chosen['rerank_fusion_weight']:g}" if "rerank_fusion_k" in chosen else ""))
+    lines.append("per repository (MRR): " + "  ".join(
+        f"{r} {alone[VECTOR]['per_repo'][r]['mrr']:.1f}/{alone[KEYWORD]['per_repo'][r]['mrr']:.1f}/{shipped_fused['per_repo'][r]['mrr']:.1f}"
+        f"->{chosen.get('final', chosen['fused'])['per_repo'][r]['mrr']:.1f}" for r in sorted(floor)) + "  (vector/keyword/shipped fused -> chosen)")
+    print("\n".join(lines))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    log(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
