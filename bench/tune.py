@@ -57,8 +57,9 @@ GRID: dict[str, tuple[float, ...]] = {
 #: Stage 2: test, doc and config multipliers tried on the best ROLE_FINALISTS list settings.
 ROLE_GRID: dict[str, tuple[float, ...]] = {"test": (0.1, 0.25, 0.5, 1.0), "doc": (0.1, 0.25, 0.5, 1.0), "config": (0.25, 0.5, 1.0)}
 ROLE_FINALISTS = 10
-#: Question settings a run can be given (``--set``); they name the cache.
-SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars")
+#: Settings a run can be given (``--set``); the first five (the question's) and the role weights name the cache.
+SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", "rrf_k", "test_weight",
+            "doc_weight", "config_weight", "rerank_fusion_k", "rerank_fusion_weight", *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
 BLEND_K = (0, 5, 10, 30, 60)
 BLEND_WEIGHT = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 100.0)
 TOP_N = 12
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rerank", action="store_true", help="score with the cross-encoder and choose the blend")
     ap.add_argument("--finalists", type=int, default=8, help="fusion settings, best first, that go on to the blend grid")
     ap.add_argument("--report", help="a tune JSON from a validation run: report its chosen settings on --cases instead of choosing")
+    ap.add_argument("--repo", action="append", help="only this repository's cases (owner/name or PyPI name); repeatable")
+    ap.add_argument("--tag", action="append", help="only cases whose nearest_tag is this; repeatable")
     ap.add_argument("--embedder", default=None)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help=f"one of {', '.join(SETTINGS)}; repeatable")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
@@ -149,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     code = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
     key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", "test_weight", "doc_weight",
                                     "config_weight", "file_keyword_pool", "file_list", "path_mentions",
-                                    *SETTINGS)}, code]).encode()).hexdigest()[:10]
-    groups, skipped = select_cases(args.cases, cache)
+                                    *SETTINGS[:5])}, code]).encode()).hexdigest()[:10]
+    groups, skipped = select_cases(args.cases, cache, repos=args.repo, tags=args.tag)
     cases: list[dict] = []
     datas: dict[str, dict[str, Any]] = {}
     files: dict[str, Path] = {}
@@ -173,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             cases.append(c)
         log(f"  {name}-{version}: {len(items)} cases ({time.perf_counter() - t0:.0f} s so far)")
 
-    shipped = ({l: 1.0 for l in LISTS}, settings.rrf_k)
+    # the product's defaults (or --set): list weights, role multipliers and RRF constant
+    shipped = ({**settings.list_weights(), "test": settings.test_weight, "doc": settings.doc_weight, "config": settings.config_weight},
+               settings.rrf_k)
     if args.report:
         given = json.loads(Path(args.report).read_text())["chosen"]
         configs = [shipped, (given["list_weights"], given["rrf_k"])]

@@ -356,6 +356,9 @@ def format_daemons(statuses: dict[str, dict[str, Any] | None]) -> str:
     return table(["daemon", "state", "pid", "uptime", "queue"], daemon_rows(statuses))
 
 
+NOT_RUNNING = "wsctx is not running: start it with `wsctx up`"
+
+
 def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any]]:
     """Per registered workspace: files on disk, indexed files, chunks, rows, pending, last update, problems."""
     from daemons.lib.store import table_mtime
@@ -372,7 +375,7 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
     all_down = bool(statuses) and all(st is None for st in statuses.values())
     for wid, root in sorted(Registry(settings.data_dir).load().items()):
         w, e = watcher.get(wid), embedder.get(wid)
-        problems: list[str] = ["wsctx is not running: start it with `wsctx up`"] if all_down else []
+        problems: list[str] = [NOT_RUNNING] if all_down else []
         entry: dict[str, Any] = {
             "root": root, "files": None, "indexed_files": None, "chunks": None, "rows": None,
             "pending": None, "skipped": None, "last_update": None, "last_reconcile": None, "problems": problems,
@@ -652,6 +655,8 @@ def _print_status(data: dict[str, Any], as_json: bool) -> None:
         return
     print(format_daemons(statuses))
     print()
+    if statuses and all(st is None for st in statuses.values()) and not data["workspaces"]:
+        print(NOT_RUNNING)  # with workspaces, each one's problems say so
     print(format_workspaces(data["workspaces"]))
 
 
@@ -698,6 +703,25 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     wid, root = resolve_workspace(settings, args.workspace)
     control(settings, "embedder", RebuildRequest(workspace=wid), timeout_ms=60_000, what="the rebuild request")
     print(f"rebuilding {wid} ({root}): follow it with `wsctx status`")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    """Unregister a workspace: the watcher stops watching it and its index folder is deleted (by
+    the embedder when it runs, since it writes the index folders; else here)."""
+    from daemons.lib.workspaces import Registry, remove_index
+    from protocol.schema import ReconcileRequest, WorkspaceRemoveRequest
+
+    settings = _settings(args)
+    wid, root = resolve_workspace(settings, args.workspace)
+    Registry(settings.data_dir).remove(wid)
+    if is_up(settings, "watcher"):
+        control(settings, "watcher", ReconcileRequest(workspace=""))  # it drops workspaces no longer registered
+    if is_up(settings, "embedder"):
+        freed = control(settings, "embedder", WorkspaceRemoveRequest(workspace=wid), timeout_ms=60_000, what="the remove request").freed_bytes
+    else:
+        freed = remove_index(settings.data_dir, wid)
+    print(f"removed {wid} ({root}): its index is deleted, {freed / 1e6:.1f} MB freed; the folder itself is untouched")
     return 0
 
 
@@ -944,6 +968,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("rebuild", cmd_rebuild, "drop a workspace's index and rebuild it with the current settings")
     sp.add_argument("workspace", nargs="?", default=None, help="id or a path inside it (default: the one containing cwd, or the only one)")
+
+    sp = add("remove", cmd_remove, "unregister a workspace and delete its index (the folder itself is untouched)")
+    sp.add_argument("workspace", help="id or a path inside it")
 
     sp = add("logs", cmd_logs, "show the daemons' log files (JSON lines)")
     sp.add_argument("daemon", nargs="?", default=None, choices=DAEMONS)

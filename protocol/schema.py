@@ -97,6 +97,19 @@ class RebuildReply(Body, kw_only=True):
     workspace: str
 
 
+class WorkspaceRemoveRequest(Body, kw_only=True):
+    """Ask the embedder, the single writer of index folders, to let go of a workspace that is no
+    longer registered and delete its index folder."""
+
+    workspace: str
+
+
+class WorkspaceRemoveReply(Body, kw_only=True):
+    status: Literal["ok"] = "ok"
+    workspace: str
+    freed_bytes: int
+
+
 class FileChanged(Body, kw_only=True):
     """Event ``file.changed``: the file at ``path`` (relative to the workspace root) may differ from the table."""
 
@@ -282,6 +295,8 @@ MESSAGE_TYPES: dict[str, type[Body]] = {
     "workspace_add_reply": WorkspaceAddReply,
     "rebuild_request": RebuildRequest,
     "rebuild_reply": RebuildReply,
+    "workspace_remove_request": WorkspaceRemoveRequest,
+    "workspace_remove_reply": WorkspaceRemoveReply,
     "file.changed": FileChanged,
     "file.deleted": FileDeleted,
     "chunks.batch": ChunkBatch,

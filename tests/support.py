@@ -270,7 +270,7 @@ def disk_hashes(root: str | Path, max_file_bytes: int = 1_000_000, include_globs
     filt = WorkspaceFilter(root, include_globs, exclude_globs, max_file_bytes)
     out = {}
     for rel in filt.iter_files():
-        verdict = classify_file(root / rel, max_file_bytes)
+        verdict = classify_file(root / rel, max_file_bytes, filt.data_policy_applies(rel))
         if verdict.ok:
             out[rel] = verdict.content_hash
     return out

@@ -390,6 +390,21 @@ def test_up_add_status_ask_down():
             assert piped.returncode == 0, piped.stdout + piped.stderr
             assert json.loads(piped.stdout)["searched_query"] == long_question.strip()
 
+        if "watcher" in daemons and "embedder" in daemons:
+            # remove: unregistered, the index folder deleted by the embedder, nothing indexed after
+            index = Path(env["WSCTX_DATA_DIR"]) / "indexes" / wid
+            assert index.is_dir()
+            removed = _wsctx(env, "remove", wid)
+            assert removed.returncode == 0, removed.stdout + removed.stderr
+            assert f"removed {wid}" in removed.stdout and "MB freed" in removed.stdout
+            assert not index.exists()
+            (ws / "src" / "later.py").write_text("def later():\n    return 'written after the workspace was removed'\n")
+            time.sleep(2)  # several debounce periods: an event for it would have been sent by now
+            st = json.loads(_wsctx(env, "status", "--json").stdout)
+            assert wid not in st["workspaces"] and not index.exists()
+            gone = _wsctx(env, "remove", wid)
+            assert gone.returncode != 0 and "no workspace is registered" in gone.stdout + gone.stderr
+
         logs = _wsctx(env, "logs", daemons[0], "-n", "3")
         assert logs.returncode == 0 and logs.stdout.strip(), logs.stderr
         assert all(json.loads(line) for line in logs.stdout.splitlines())

@@ -66,3 +66,17 @@ def test_the_command_line_refuses_bad_values_before_asking(tmp_path: Path, args:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WSCTX_RUNTIME_DIR": str(tmp_path / "r"), "WSCTX_DATA_DIR": str(tmp_path / "d")}
     done = subprocess.run([sys.executable, "-m", "daemons.cli", *args], cwd=str(REPO), env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_ranking_spec_gives_spec_section_2_in_one_setting(tmp_path: Path) -> None:
+    """``ranking = "spec"`` sets SPEC §2's ranking (k = 60, no file or named lists, every weight 1, whole questions, probability order); an unknown ranking is refused with the choices."""
+    tuned = load_settings(env={"WSCTX_CONFIG": str(tmp_path / "none.toml")})
+    assert tuned.ranking == "tuned" and tuned.rrf_k == 30 and tuned.question_analysis
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[search]\nranking = "spec"\n')
+    spec = load_settings(env={"WSCTX_CONFIG": str(cfg)})
+    assert (spec.rrf_k, spec.file_keyword_pool, spec.path_mentions, spec.question_analysis) == (60, 0, False, False)
+    assert (spec.test_weight, spec.doc_weight, spec.config_weight) == (1.0, 1.0, 1.0)
+    assert set(spec.list_weights().values()) == {1.0} and spec.rerank_fusion_weight >= 100
+    with pytest.raises(ValueError, match="use tuned, spec"):
+        load_settings(env={"WSCTX_CONFIG": str(tmp_path / "none.toml"), "WSCTX_RANKING": "best"})

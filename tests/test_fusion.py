@@ -9,18 +9,30 @@ from daemons.lib.fusion import (
 
 
 def test_defaults_match_spec():
-    """k is 60, the reranker gets 12, the searches take 20, 20 and 6 rows."""
-    assert (RRF_K, RERANK_TOP, VECTOR_K, KEYWORD_K, FOCUS_K) == (60, 12, 20, 20, 6)
+    """The reranker gets 12, the searches take 20, 20 and 6 rows (SPEC); k is 30, chosen on validation cases, and SPEC's 60 is one setting away."""
+    from daemons.lib.config import SPEC_RANKING
+
+    assert (RERANK_TOP, VECTOR_K, KEYWORD_K, FOCUS_K) == (12, 20, 20, 6)
+    assert RRF_K == 30 and SPEC_RANKING["rrf_k"] == 60
 
 
 def test_rrf_arithmetic_k60():
     """Each list gives each member 1/(60 + rank), ranks 1-based."""
-    out = rrf({"vector": ["a", "b"], "keyword": ["b"]})
+    out = rrf({"vector": ["a", "b"], "keyword": ["b"]}, k=60)
     by_id = {f.id: f for f in out}
     assert by_id["a"].score == pytest.approx(1 / 61)
     assert by_id["b"].score == pytest.approx(1 / 62 + 1 / 61)
     assert by_id["b"].ranks == {"vector": 2, "keyword": 1}
     assert [f.id for f in out] == ["b", "a"]
+
+
+def test_list_weights_scale_each_lists_vote_and_zero_leaves_a_list_out():
+    """A list of weight w gives w/(k + rank); a list of weight 0 adds neither score nor rank; unnamed lists count 1."""
+    out = {f.id: f for f in rrf({"vector": ["a"], "keyword": ["a", "b"], "mentioned": ["c"]}, k=60,
+                                weights={"vector": 0.5, "mentioned": 0.0})}
+    assert out["a"].score == pytest.approx(0.5 / 61 + 1 / 61)
+    assert out["b"].score == pytest.approx(1 / 62)
+    assert "c" not in out and out["a"].ranks == {"vector": 1, "keyword": 1}
 
 
 def test_high_in_both_beats_top_of_one():
@@ -128,24 +140,26 @@ def _files(n: int) -> list[str]:
 
 
 def test_rerank_order_defaults_and_arithmetic() -> None:
-    """The blend gives each file 1/(k+1+fused rank) + 0.5/(k+1+cross-encoder rank) with k = 10, ranks from 0."""
-    assert (RERANK_FUSION_K, RERANK_FUSION_WEIGHT) == (10, 0.5)
+    """The blend gives each file 1/(k+1+fused rank) + w/(k+1+cross-encoder rank), ranks from 0; by default k = 60 and w = 0.25."""
+    assert (RERANK_FUSION_K, RERANK_FUSION_WEIGHT) == (60, 0.25)
     keys = rerank_order(["a.py", "b.py"], [0.2, 0.9])
+    assert keys[0] == pytest.approx(1 / 61 + 0.25 / 62)
+    assert keys[1] == pytest.approx(1 / 62 + 0.25 / 61)
+    keys = rerank_order(["a.py", "b.py"], [0.2, 0.9], k=10, weight=0.5)
     assert keys[0] == pytest.approx(1 / 11 + 0.5 / 12)
-    assert keys[1] == pytest.approx(1 / 12 + 0.5 / 11)
 
 
 def test_cross_encoder_moves_a_candidate_only_so_far() -> None:
-    """The cross-encoder's first choice, fused sixth, climbs two places (three at weight 1), not to the top: it is one vote of two."""
+    """At k = 10 the cross-encoder's first choice, fused sixth, climbs two places (three at weight 1), not to the top: it is one vote of two."""
     probs = [0.8, 0.3, 0.2, 0.1, 0.05, 0.95]
-    assert _order(rerank_order(_files(6), probs)) == [0, 1, 2, 5, 3, 4]
-    assert _order(rerank_order(_files(6), probs, weight=1.0)) == [0, 1, 5, 2, 3, 4]
+    assert _order(rerank_order(_files(6), probs, k=10, weight=0.5)) == [0, 1, 2, 5, 3, 4]
+    assert _order(rerank_order(_files(6), probs, k=10, weight=1.0)) == [0, 1, 5, 2, 3, 4]
 
 
 def test_rerank_order_ranks_files_not_chunks() -> None:
     """Chunks of one file share its key: the file's fused rank is its first chunk's, its cross-encoder rank its best chunk's."""
     paths = ["a.py", "b.py", "a.py", "c.py"]
-    keys = rerank_order(paths, [0.1, 0.5, 0.9, 0.3])
+    keys = rerank_order(paths, [0.1, 0.5, 0.9, 0.3], k=10, weight=0.5)
     assert keys[0] == keys[2] == pytest.approx(1 / 11 + 0.5 / 11)
     assert keys[1] == pytest.approx(1 / 12 + 0.5 / 12)
     assert keys[3] == pytest.approx(1 / 13 + 0.5 / 13)

@@ -160,12 +160,16 @@ def make_workspace(root: Path) -> dict[str, str]:
     (root / "assets" / "blob.dat").write_bytes(b"header\x00\x01\x02binary payload\x00" * 20)
     (root / "legacy.txt").write_bytes("caf\u00e9 na\u00efve latin-1 text\n".encode("latin-1") * 5)
     (root / "big.py").write_text("# padding line to exceed the size cap\n" * (MAX_BYTES // 30))
+    # the data-file policy (its size rules are over this test's size cap; tests/test_filtering.py)
+    (root / "static").mkdir()
+    (root / "static" / "bundle.js").write_text("var a=1;" * 700)
     return {
         "sub/secret.py": "ignored",
         "node_modules/leftpad/index.js": "ignored",
         "assets/blob.dat": "binary",
         "legacy.txt": "not UTF-8",
         "big.py": "larger than",
+        "static/bundle.js": "generated (a line of",
     }
 
 
@@ -198,7 +202,7 @@ def indexed_paths(d: Daemons, root: Path) -> set[str]:
 
 @pytest.mark.timeout(180)
 def test_mixed_workspace_is_indexed_and_skips_what_it_must(pipeline):
-    """A mixed workspace is fully indexed, and ignored, binary, non-UTF-8 and oversize files get no rows (the last three logged as file_skipped with the reason)."""
+    """A mixed workspace is fully indexed, and ignored, binary, non-UTF-8, oversize, data and generated files get no rows (all but the ignored logged as file_skipped with the reason)."""
     d, root, wid = pipeline
     skipped = make_workspace(root)
     d.start()
@@ -210,7 +214,7 @@ def test_mixed_workspace_is_indexed_and_skips_what_it_must(pipeline):
     langs = {r["path"]: r["language"] for r in store.rows_for_path("src/retry.py") + store.rows_for_path("pkg/cache/lru.go")}
     assert langs == {"src/retry.py": "python", "pkg/cache/lru.go": "go"}
     assert any(r["path"] == "src/retry.py" for r in store.keyword_search("fetch retry", 5))
-    events = wait_until(lambda: {e["path"]: e["reason"] for e in d.log_events("watcher", "file_skipped")}.keys() >= {"assets/blob.dat", "legacy.txt", "big.py"} and d.log_events("watcher", "file_skipped"))
+    events = wait_until(lambda: {e["path"]: e["reason"] for e in d.log_events("watcher", "file_skipped")}.keys() >= {r for r, why in skipped.items() if why != "ignored"} and d.log_events("watcher", "file_skipped"))
     reasons = {e["path"]: e["reason"] for e in events}
     for rel, why in skipped.items():
         if why == "ignored":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from daemons.lib.fusion import RRF_K
 from daemons.lib.assembly import context_line, weights_note
 from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role, role_weights, weight_of
 from daemons.lib.search import hybrid_search
@@ -88,7 +89,7 @@ def test_hybrid_search_puts_source_above_a_test_that_repeats_its_names(tmp_path)
     assert [c["path"] for c in weighted.candidates[:2]] == ["src/retry.py", "tests/test_retry.py"]
     test_hit = weighted.candidates[1]
     assert test_hit["weight"] == 0.5
-    assert test_hit["fused_score"] == pytest.approx(0.5 * sum(1 / (60 + r) for r in test_hit["ranks"].values()))
+    assert test_hit["fused_score"] == pytest.approx(0.5 * sum(1 / (RRF_K + r) for r in test_hit["ranks"].values()))
 
     asked = hybrid_search(store, "retry backoff", q, role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5))
     assert asked.candidates[0]["path"] == "tests/test_retry.py"

@@ -23,11 +23,11 @@ from daemons.lib.config import Settings, load_settings
 from daemons.lib.indexing import build_rows, index_meta
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded
-from daemons.lib.workspaces import Registry, check_event, index_dir, safe_relpath
+from daemons.lib.workspaces import Registry, check_event, index_dir, remove_index, safe_relpath
 from models.embedding import ModelUnavailable, load_embedder
 from protocol import envelope
-from protocol.errors import ProtocolError, Unavailable, UnknownWorkspace
-from protocol.schema import ChunkBatch, EmbedQueryReply, FileDeleted, RebuildReply
+from protocol.errors import BadMessage, ProtocolError, Unavailable, UnknownWorkspace
+from protocol.schema import ChunkBatch, EmbedQueryReply, FileDeleted, RebuildReply, WorkspaceRemoveReply
 
 #: Fault injection for tests: every query embedding sleeps this long first.
 FAULT_QUERY_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_QUERY_DELAY_MS", "0"))
@@ -243,6 +243,17 @@ class Embedder:
         self.rebuild(msg.body.workspace)
         return RebuildReply(workspace=msg.body.workspace)
 
+    def _ctl_remove(self, msg: envelope.Message) -> WorkspaceRemoveReply:
+        """Let go of an unregistered workspace and delete its index folder (this daemon writes them)."""
+        wid = msg.body.workspace
+        if wid in self.registry.load():
+            raise BadMessage(f"workspace {wid} is still registered: `wsctx remove` unregisters it first")
+        with self.lock:
+            self.indexes.pop(wid, None)
+            freed = remove_index(self.s.data_dir, wid)
+        self.log.info("workspace_removed", workspace=wid, freed_bytes=freed)
+        return WorkspaceRemoveReply(workspace=wid, freed_bytes=freed)
+
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "chunker_problem": self.chunker_problem,
                                "write_error": self.write_error, "writes_failed": self.stats.snapshot().get("writes.failed", 0), "workspaces": {}}
@@ -268,7 +279,7 @@ class Embedder:
             self.log.error("model_unavailable", error=self.model_error)
         control = runtime.ControlServer(
             self.ctx, self.s.control_endpoint("embedder"), "embedder", self.log, self.stats, self.stop,
-            status_fn=self.status, queue_depth_fn=lambda: self.queue_depth, extra={"rebuild_request": self._ctl_rebuild},
+            status_fn=self.status, queue_depth_fn=lambda: self.queue_depth, extra={"rebuild_request": self._ctl_rebuild, "workspace_remove_request": self._ctl_remove},
         )
         control.start()
         query_thread = threading.Thread(target=self._query_loop, name="embed-query", daemon=True)

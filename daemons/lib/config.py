@@ -17,10 +17,16 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import Any, get_type_hints
 
-from daemons.lib.fusion import BOTH, FILE_BM25, FILE_KEYWORD, FILE_LISTS, KEYWORD, LIST_WEIGHTS, MENTIONED, VECTOR
+from daemons.lib.fusion import (
+    BOTH, FILE_BM25, FILE_KEYWORD, FILE_LISTS, KEYWORD, LIST_WEIGHTS, MENTIONED, RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RRF_K, VECTOR,
+)
+from daemons.lib.roles import CONFIG_WEIGHT, DOC_WEIGHT, TEST_WEIGHT
 from daemons.lib.question import DENSE_MAX_WINDOWS, DENSE_QUERIES, KEYWORD_MAX_TERMS, RERANK_QUERY_CHARS, WHOLE
 
 APP = "wsctx"
+#: ``ranking`` values: the settings chosen on validation cases, or SPEC §2's ranking.
+TUNED, SPEC = "tuned", "spec"
+RANKINGS = (TUNED, SPEC)
 
 
 def _default_runtime_dir() -> str:
@@ -64,16 +70,20 @@ class Settings:
     keyword_k: int = 20
     focus_k: int = 6
     focus_files: int = 8
-    rrf_k: int = 60
+    rrf_k: int = RRF_K
     # BM25 chunk hits pooled for the file-ranked keyword list (0: no such list; search.py)
     file_keyword_pool: int = 100
     # file-ranked keyword lists fused: "both", "chunks" (pooled chunk hits) or "files" (whole-file BM25; search.py)
     file_list: str = BOTH
     # the files the question names (paths, dotted modules) fused as one more list (mentions.py)
     path_mentions: bool = True
+    # "tuned": the ranking settings below as chosen on the validation cases; "spec": SPEC §2's
+    # ranking exactly (SPEC_RANKING overrides them: four lists at RRF k=60, no role weights, the
+    # whole question for every search, files in cross-encoder probability order)
+    ranking: str = TUNED
     # a question is split into prose, code, traceback and error lines, and each search gets the
     # parts that carry most (question.py); off: every search gets the whole question (SPEC §2)
-    question_analysis: bool = False
+    question_analysis: bool = True
     # keyword terms kept from a long question (question.py)
     keyword_max_terms: int = KEYWORD_MAX_TERMS
     # how a long question's vector is made: whole, condensed, mean or max (question.py)
@@ -89,17 +99,17 @@ class Settings:
     list_weight_file_bm25: float = LIST_WEIGHTS[FILE_BM25]
     list_weight_mentioned: float = LIST_WEIGHTS[MENTIONED]
     # RRF multipliers for test, doc and config files when the question does not ask for them (roles.py)
-    test_weight: float = 0.5
-    doc_weight: float = 0.5
-    config_weight: float = 0.5
+    test_weight: float = TEST_WEIGHT
+    doc_weight: float = DOC_WEIGHT
+    config_weight: float = CONFIG_WEIGHT
     rerank_top: int = 12
     embed_timeout_ms: int = 1500
     # reranking
     rerank_threshold: float = 0.08
     near_misses: int = 3
     # the final order blends fused rank and cross-encoder rank (fusion.rerank_order)
-    rerank_fusion_k: int = 10
-    rerank_fusion_weight: float = 0.5
+    rerank_fusion_k: int = RERANK_FUSION_K
+    rerank_fusion_weight: float = RERANK_FUSION_WEIGHT
     reranker_pool_size: int = field(default_factory=_default_pool_size)
     reranker_idle_s: float = 300.0
     reranker_timeout_ms: int = 8000
@@ -136,6 +146,14 @@ class Settings:
         """The settings that shaped the rows; recorded in the table and compared on open."""
         return {k: getattr(self, k) for k in INDEX_SHAPING}
 
+
+#: What ``ranking = "spec"`` sets: SPEC §2's ranking (a blend weight far above 1 orders files by
+#: cross-encoder probability alone, fusion.rerank_order).
+SPEC_RANKING: dict[str, Any] = {
+    "rrf_k": 60, "file_keyword_pool": 0, "path_mentions": False, "question_analysis": False,
+    "test_weight": 1.0, "doc_weight": 1.0, "config_weight": 1.0, "rerank_fusion_weight": 1000.0,
+    **{f"list_weight_{name}": 1.0 for name in LIST_WEIGHTS},
+}
 
 INDEX_SHAPING = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars", "window_chars", "window_overlap", "embedder_model")
 
@@ -260,6 +278,10 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
             known = [f"WSCTX_{h.upper()}" for h in hints] + [f"WSCTX_{o}" for o in OTHER_VARIABLES]
             raise ValueError(f"unknown setting in environment variable {var}{_suggest(var, known)}")
     values.update(overrides)
+    if values.get("ranking", TUNED) not in RANKINGS:
+        raise ValueError(f"{sources.get('ranking', 'setting')}: ranking {values['ranking']!r}: use {', '.join(RANKINGS)}")
+    if values.get("ranking") == SPEC:
+        values.update(SPEC_RANKING)
     for key, value in values.items():
         if key in RANGES and isinstance(value, (int, float)):
             problem = check_range(key, value)

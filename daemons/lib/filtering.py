@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,47 @@ def sniff(data: bytes, max_bytes: int) -> FileVerdict:
     return FileVerdict(True, content_hash=content_hash(data), size=len(data))
 
 
+#: Data formats: a file of one of these over DATA_MAX_BYTES is data, not code to search.
+DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".geojson", ".csv", ".tsv", ".xml", ".svg", ".yaml", ".yml", ".txt", ".dat", ".tab")
+DATA_MAX_BYTES = 64_000
+#: A line longer than this is generated (minified code, a one-line vocabulary).
+GENERATED_LINE_CHARS = 5_000
+#: A file over LITERAL_MIN_BYTES whose non-blank lines are at least LITERAL_SHARE numbers and
+#: strings alone (a vocabulary, a fixture table, a results dump) is data too.
+LITERAL_MIN_BYTES = 16_000
+LITERAL_SHARE = 0.8
+
+_STRING_RE = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'""")
+_NUMBER_RE = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?)")
+_LITERAL_WORDS_RE = re.compile(r"\b(?:true|false|null|none|nan|inf)\b", re.IGNORECASE)
+
+
+def _literal_only(line: str) -> bool:
+    """A line holding nothing but string and number literals and punctuation."""
+    rest = _LITERAL_WORDS_RE.sub("", _NUMBER_RE.sub("", _STRING_RE.sub("", line)))
+    return not any(c.isalpha() or c == "_" for c in rest)
+
+
+def data_file_reason(path: str, text: str) -> str:
+    """Why a text file is data or generated rather than code to search, or '' (the data-file
+    policy; the watcher counts it as skipped with this reason; a file an include glob matches is
+    not judged)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in DATA_SUFFIXES and size > DATA_MAX_BYTES:
+        return f"data file ({suffix} over {DATA_MAX_BYTES // 1000} KB)"
+    lines = text.splitlines()
+    longest = max((len(line) for line in lines), default=0)
+    if longest > GENERATED_LINE_CHARS:
+        return f"generated (a line of {longest} characters)"
+    if size > LITERAL_MIN_BYTES:
+        rows = [line for line in lines if line.strip()]
+        literal = sum(1 for line in rows if _literal_only(line))
+        if rows and literal / len(rows) >= LITERAL_SHARE:
+            return f"data ({100 * literal // len(rows)} % of lines are only numbers and strings)"
+    return ""
+
+
 #: The skip reason of a file whose path holds bytes that are not UTF-8.
 NOT_UTF8_NAME = "file name is not valid UTF-8"
 
@@ -77,11 +119,12 @@ def is_utf8_path(path: str) -> bool:
         return False
 
 
-def read_file(path: Path, max_bytes: int) -> tuple[FileVerdict, bytes | None]:
+def read_file(path: Path, max_bytes: int, data_policy: bool = True) -> tuple[FileVerdict, bytes | None]:
     """Read and sniff one file; return the verdict and, when it is indexable, the bytes judged.
 
     A path that is not valid UTF-8 (``os.fsdecode`` left a surrogate for the byte) is skipped: no
-    message can carry it, and the skip names the reason."""
+    message can carry it, and the skip names the reason. With *data_policy*, a data or generated
+    file (``data_file_reason``) is skipped with its reason."""
     if not is_utf8_path(str(path)):
         return FileVerdict(False, NOT_UTF8_NAME), None
     try:
@@ -93,12 +136,16 @@ def read_file(path: Path, max_bytes: int) -> tuple[FileVerdict, bytes | None]:
     except OSError as exc:
         return FileVerdict(False, f"unreadable ({exc.strerror or exc})"), None
     verdict = sniff(data, max_bytes)
+    if verdict.ok and data_policy:
+        reason = data_file_reason(path.name, data.decode("utf-8"))
+        if reason:
+            verdict = FileVerdict(False, reason, size=verdict.size)
     return verdict, data if verdict.ok else None
 
 
-def classify_file(path: Path, max_bytes: int) -> FileVerdict:
+def classify_file(path: Path, max_bytes: int, data_policy: bool = True) -> FileVerdict:
     """Read and sniff one file; unreadable files are skipped with the reason."""
-    return read_file(path, max_bytes)[0]
+    return read_file(path, max_bytes, data_policy)[0]
 
 
 def _global_excludes_file() -> Path | None:
@@ -141,6 +188,11 @@ class WorkspaceFilter:
             lines = _read_lines(self.root / rel_dir / ".gitignore")
             self._nested[rel_dir] = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
         return self._nested[rel_dir]
+
+    def data_policy_applies(self, rel: str) -> bool:
+        """Whether the data-file policy judges ``rel``: not when an include glob matches it (with
+        include globs the user says which files to index, data or not)."""
+        return self.user_includes is None or not self.user_includes.match_file(rel)
 
     def forget_gitignore(self, rel_dir: str) -> None:
         """A ``.gitignore`` changed: re-read it on next use."""

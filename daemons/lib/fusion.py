@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-#: Reciprocal rank fusion constant: each list gives each member 1/(k + rank).
-RRF_K = 60
+#: Reciprocal rank fusion constant: each list gives each member weight/(k + rank). Chosen on the
+#: validation cases (bench/tune.py; README "Settings chosen on validation cases"); SPEC §2: 60.
+RRF_K = 30
 #: How many fused candidates go on to the reranker.
 RERANK_TOP = 12
 #: Nearest chunks by vector distance.
@@ -20,10 +21,10 @@ FOCUS_K = 6
 FILE_KEYWORD_POOL = 100
 #: Best chunk scores of a file summed into its file score.
 FILE_KEYWORD_CHUNKS = 2
-#: Rank constant of the fused-order/cross-encoder blend (:func:`rerank_order`).
-RERANK_FUSION_K = 10
+#: Rank constant of the fused-order/cross-encoder blend (:func:`rerank_order`; chosen on the validation cases).
+RERANK_FUSION_K = 60
 #: The cross-encoder's vote in that blend; the fused order's is 1.
-RERANK_FUSION_WEIGHT = 0.5
+RERANK_FUSION_WEIGHT = 0.25
 
 #: Conventional retriever names (the keys of the dict given to :func:`rrf`).
 VECTOR = "vector"
@@ -34,8 +35,9 @@ FILE_KEYWORD = "file_keyword"
 FILE_BM25 = "file_bm25"
 MENTIONED = "mentioned"
 
-#: Each list's vote in the fusion (``rrf`` weights; settings ``list_weight_<name>``); SPEC §2: 1 each.
-LIST_WEIGHTS: dict[str, float] = {VECTOR: 1.0, KEYWORD: 1.0, FILE_KEYWORD: 1.0, FILE_BM25: 1.0, MENTIONED: 1.0}
+#: Each list's vote in the fusion (``rrf`` weights; settings ``list_weight_<name>``), chosen on the
+#: validation cases; SPEC §2: 1 each.
+LIST_WEIGHTS: dict[str, float] = {VECTOR: 0.5, KEYWORD: 0.5, FILE_KEYWORD: 1.0, FILE_BM25: 1.0, MENTIONED: 2.0}
 
 #: ``file_list`` values (the setting and ``hybrid_search``): which file-ranked keyword lists are fused.
 BOTH, CHUNKS, FILES = "both", "chunks", "files"

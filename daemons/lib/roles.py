@@ -16,6 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+#: RRF multipliers of a test, doc or config chunk when the question does not ask for that kind
+#: (settings ``test_weight``, ``doc_weight``, ``config_weight``), chosen on the validation cases.
+TEST_WEIGHT = 0.1
+DOC_WEIGHT = 0.1
+CONFIG_WEIGHT = 0.25
+
 SOURCE = "source"
 TEST = "test"
 DOC = "doc"

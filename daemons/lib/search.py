@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from daemons.lib.fusion import (
-    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, MENTIONED,
+    BOTH, CHUNKS, RRF_K, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, MENTIONED,
     VECTOR, file_keyword_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
@@ -69,7 +69,7 @@ def hybrid_search(
     keyword_k: int = 20,
     focus_k: int = 6,
     top_n: int = 12,
-    rrf_k: int = 60,
+    rrf_k: int = RRF_K,
     file_pool: int = FILE_KEYWORD_POOL,
     use_keywords: bool = True,
     role_weights: Mapping[str, float] | None = None,

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,8 +22,38 @@ def workspace_id(root: str | Path) -> str:
     return f"{name}-{hashlib.sha1(path.encode()).hexdigest()[:12]}"
 
 
+_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{0,40}-[0-9a-f]{12}$")
+
+
 def index_dir(data_dir: str | Path, wid: str) -> Path:
     return Path(data_dir) / "indexes" / wid
+
+
+def is_workspace_id(wid: str) -> bool:
+    """Whether *wid* has the form ``workspace_id`` gives (so it names a folder under ``indexes/`` and nothing else)."""
+    return bool(_ID_RE.match(wid)) and wid not in (".", "..")
+
+
+def folder_bytes(folder: str | Path) -> int:
+    """Bytes of the files under *folder* (0 when it does not exist)."""
+    total = 0
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def remove_index(data_dir: str | Path, wid: str) -> int:
+    """Delete a workspace's index folder; the bytes it held. Refuses an id that is not one."""
+    if not is_workspace_id(wid):
+        raise UnknownWorkspace(f"{wid!r} is not a workspace id")
+    folder = index_dir(data_dir, wid)
+    freed = folder_bytes(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return freed
 
 
 class Registry:

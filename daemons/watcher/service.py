@@ -195,7 +195,7 @@ class Watcher:
         cached = ws.stat_cache.get(rel)
         if cached and cached[0] == st.st_mtime_ns and cached[1] == st.st_size:
             return cached[2]
-        verdict = classify_file(full, self.s.max_file_bytes)
+        verdict = classify_file(full, self.s.max_file_bytes, data_policy=ws.filt.data_policy_applies(rel))
         ws.stat_cache[rel] = (st.st_mtime_ns, st.st_size, verdict)
         if not verdict.ok and ws.skipped.get(rel) != verdict.reason:
             ws.skipped[rel] = verdict.reason

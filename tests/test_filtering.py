@@ -1,0 +1,40 @@
+"""The data-file policy (daemons/lib/filtering.py): data and generated files are skipped with a reason, include globs override it."""
+from __future__ import annotations
+
+import json
+
+from daemons.lib.filtering import WorkspaceFilter, classify_file, data_file_reason
+
+
+def test_a_big_data_format_file_is_data():
+    """A .json, .csv or .yaml file over 64 KB is skipped as a data file; a small one is indexed."""
+    big = json.dumps({f"k{i}": i for i in range(10000)}, indent=1)
+    assert data_file_reason("vocab.json", big) == "data file (.json over 64 KB)"
+    assert data_file_reason("package.json", '{"name": "x", "scripts": {"test": "jest"}}') == ""
+
+
+def test_a_very_long_line_is_generated():
+    """A file with a line of more than 5,000 characters (minified, a one-line vocabulary) is generated."""
+    assert data_file_reason("app.js", "var a=1;" * 1000).startswith("generated (a line of 8000 characters)")
+
+
+def test_a_table_of_literals_is_data_whatever_its_suffix():
+    """A file over 16 KB whose lines are mostly numbers and strings is data, even a .py; real code is not."""
+    table = "ROWS = [\n" + "".join(f'    ("row {i}", {i}, {i * 0.5}, True),\n' for i in range(800)) + "]\n"
+    assert "only numbers and strings" in data_file_reason("fixtures.py", table)
+    code = "".join(f"def handler_{i}(request):\n    return respond(request, status={i})\n\n" for i in range(400))
+    assert len(code) > 16_000 and data_file_reason("handlers.py", code) == ""
+
+
+def test_include_globs_override_the_policy_for_the_files_they_match(tmp_path):
+    """A data file that an include glob matches is indexed (the user chose it); without the glob it is skipped with its reason."""
+    (tmp_path / "data").mkdir()
+    f = tmp_path / "data" / "table.csv"
+    f.write_text("a,b,c\n" + "".join(f"{i},{i * 2},{i * 3}\n" for i in range(10000)))
+    plain = WorkspaceFilter(tmp_path)
+    assert plain.data_policy_applies("data/table.csv")
+    verdict = classify_file(f, 1_000_000, plain.data_policy_applies("data/table.csv"))
+    assert not verdict.ok and verdict.reason == "data file (.csv over 64 KB)"
+    named = WorkspaceFilter(tmp_path, include_globs=["data/*.csv"])
+    assert not named.data_policy_applies("data/table.csv") and named.data_policy_applies("x.py")
+    assert classify_file(f, 1_000_000, named.data_policy_applies("data/table.csv")).ok
