@@ -265,3 +265,22 @@ def test_daemon_control_socket_answers_bad_input_and_stays_alive(daemons):
         assert status.counters.get("requests.?.version_mismatch", 0) >= 1 or status.counters.get("requests.status_request.version_mismatch", 0) >= 1
     finally:
         sock.close(0)
+
+
+def test_no_daemon_imports_another():
+    """Each daemon package imports only itself, daemons.lib, protocol and models: shared logic lives in daemons/lib (DESIGN)."""
+    import ast
+
+    repo = SPEC.parent.parent
+    daemons_dir = repo / "daemons"
+    packages = {p.name for p in daemons_dir.iterdir() if p.is_dir() and (p / "__init__.py").exists() and p.name != "lib"}
+    offences = []
+    for pkg in sorted(packages):
+        for path in (daemons_dir / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                for name in names:
+                    parts = name.split(".")
+                    if parts[0] == "daemons" and len(parts) > 1 and parts[1] in packages and parts[1] != pkg:
+                        offences.append(f"{path.relative_to(repo)} imports {name}")
+    assert offences == []

@@ -19,37 +19,12 @@ from daemons.lib import runtime
 from daemons.lib.chunking import CHUNKER_VERSION, Chunk, ChunkSettings, chunk_text, language_for_path
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.filtering import content_hash, read_file
+from daemons.lib.indexing import chunk_shape
 from daemons.lib.log import configure
 from daemons.lib.workspaces import Registry, check_event, safe_relpath
 from protocol import envelope
 from protocol.errors import ProtocolError
-from protocol.schema import ChunkBatch, ChunkRecord, FileChanged, FileDeleted, ReconcileRequest
-
-
-CHUNK_SHAPE = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars")
-
-
-def chunk_shape(settings: Settings) -> dict[str, int]:
-    """The settings that shaped a batch's chunks (checked by the embedder against its own)."""
-    return {k: int(getattr(settings, k)) for k in CHUNK_SHAPE}
-
-
-def ask_watcher_to_reconcile(settings: Settings, log, stop: threading.Event, who: str) -> threading.Thread:
-    """In the background, ask the watcher (retrying until it answers) to re-send what is not in the table."""
-
-    def run() -> None:
-        deadline = time.monotonic() + 120
-        while not stop.is_set() and time.monotonic() < deadline:
-            try:
-                runtime.control_request(settings.control_endpoint("watcher"), ReconcileRequest(force=True), timeout_ms=1000)
-                log.info("reconcile_asked", by=who)
-                return
-            except ProtocolError:
-                stop.wait(0.5)
-
-    t = threading.Thread(target=run, name="ask-reconcile", daemon=True)
-    t.start()
-    return t
+from protocol.schema import ChunkBatch, ChunkRecord, FileChanged, FileDeleted
 
 
 class Chunker:
@@ -143,7 +118,7 @@ class Chunker:
         self.push.connect(self.s.endpoint("embedder.in"))
         control = runtime.ControlServer(self.ctx, self.s.control_endpoint("chunker"), "chunker", self.log, self.stats, self.stop)
         control.start()
-        ask_watcher_to_reconcile(self.s, self.log, self.stop, "chunker")
+        runtime.ask_watcher_to_reconcile(self.s, self.log, self.stop, "chunker")
         self.log.info("started")
         poller = zmq.Poller()
         poller.register(self.pull, zmq.POLLIN)

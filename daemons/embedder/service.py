@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 import zmq
 
-from daemons.chunker.service import ask_watcher_to_reconcile, chunk_shape
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
-from daemons.lib.indexing import build_rows, index_meta
+from daemons.lib.indexing import build_rows, chunk_shape, index_meta
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded
 from daemons.lib.workspaces import Registry, check_event, index_dir, remove_index, safe_relpath
@@ -103,7 +102,7 @@ class Embedder:
             IndexStore.destroy(index_dir(self.s.data_dir, wid))
             self.index_for(wid, entries[wid])
         self.log.info("rebuild_started", workspace=wid)
-        ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder-rebuild")
+        runtime.ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder-rebuild")
 
     # ------------------------------------------------------------------ indexing
 
@@ -212,7 +211,7 @@ class Embedder:
         """After a failed write, ask the watcher (every WRITE_RETRY_S) to re-send what the table lacks."""
         if self.write_failed_at and time.monotonic() - self.write_failed_at > WRITE_RETRY_S:
             self.write_failed_at = 0.0
-            ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder-write-retry")
+            runtime.ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder-write-retry")
 
     # ------------------------------------------------------------------ queries
 
@@ -288,7 +287,7 @@ class Embedder:
             for wid, root in self.registry.load().items():
                 self.index_for(wid, root)
             runtime.bind(self.pull, self.s.endpoint("embedder.in"))
-            ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder")
+            runtime.ask_watcher_to_reconcile(self.s, self.log, self.stop, "embedder")
         self.log.info("started", model=getattr(self.model, "model_id", None))
         poller = zmq.Poller()
         poller.register(self.pull, zmq.POLLIN)

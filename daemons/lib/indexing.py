@@ -30,6 +30,15 @@ class DocumentEmbedder(Protocol):
     def embed_documents(self, texts: list[str]) -> np.ndarray: ...
 
 
+#: The settings that shape a batch's chunks: the chunker sends them, the embedder checks them.
+CHUNK_SHAPE = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars")
+
+
+def chunk_shape(settings: Settings) -> dict[str, int]:
+    """The settings that shaped a batch's chunks (checked by the embedder against its own)."""
+    return {k: int(getattr(settings, k)) for k in CHUNK_SHAPE}
+
+
 def index_meta(settings: Settings, embedder: DocumentEmbedder, root: str) -> dict[str, Any]:
     """What the table records about how its rows were made (compared on every open)."""
     return {

@@ -30,6 +30,7 @@ from protocol.schema import (
     ErrorReply,
     PingReply,
     PingRequest,
+    ReconcileRequest,
     ShutdownReply,
     ShutdownRequest,
     StatusReply,
@@ -384,3 +385,21 @@ __all__ = [
     "StatusRequest",
     "ShutdownRequest",
 ]
+
+
+def ask_watcher_to_reconcile(settings: Any, log, stop: threading.Event, who: str) -> threading.Thread:
+    """In the background, ask the watcher (retrying until it answers) to re-send what is not in the table."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                control_request(settings.control_endpoint("watcher"), ReconcileRequest(force=True), timeout_ms=1000)
+                log.info("reconcile_asked", by=who)
+                return
+            except ProtocolError:
+                stop.wait(0.5)
+
+    t = threading.Thread(target=run, name="ask-reconcile", daemon=True)
+    t.start()
+    return t
