@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranked["vector"] = files_in_order(fold_windows(search._vector_search(store, vec, 50), limit=50))
                 common = dict(vector_k=settings.vector_k, keyword_k=settings.keyword_k, focus_k=settings.focus_k,
                               top_n=settings.rerank_top, rrf_k=settings.rrf_k, file_list=settings.file_list)
-                weights = role_weights(q, settings.test_weight, settings.doc_weight, settings.config_weight)
+                weights = role_weights(plan.role_text, settings.test_weight, settings.doc_weight, settings.config_weight)
                 ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, **common, file_pool=0).candidates)
                 ranked["no_file_list"] = files_in_order(
                     hybrid_search(store, kw, vec, None, **common, file_pool=0, role_weights=weights).candidates)

@@ -72,8 +72,8 @@ def log(msg: str) -> None:
 def case_lists(store: Any, embedder: Any, q: str, settings: Any) -> dict[str, Any]:
     """Every list of the question with every candidate: ``lists`` (chunk ids by list, in rank
     order), ``paths``, ``texts`` and ``roles`` (each chunk's role weight for this question)."""
-    weights = role_weights(q, settings.test_weight, settings.doc_weight, settings.config_weight)
     plan, kw, vec, named = question_queries(q, settings, embedder, store)
+    weights = role_weights(plan.role_text, settings.test_weight, settings.doc_weight, settings.config_weight)
     res = hybrid_search(store, kw, vec, None, vector_k=settings.vector_k,
                         keyword_k=settings.keyword_k, focus_k=settings.focus_k, top_n=10**6, rrf_k=settings.rrf_k,
                         file_list=settings.file_list, file_pool=settings.file_keyword_pool, role_weights=weights, mentioned=named)

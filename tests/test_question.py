@@ -136,3 +136,16 @@ def test_workspace_counts_drop_absent_terms_and_put_rare_ones_first():
     kw = keyword_query(ISSUE, df=df).split()
     assert set(kw) <= set(df)
     assert kw.index("nan") < kw.index("contains") < kw.index("input")
+
+
+def test_a_long_questions_title_says_whether_tests_are_asked_for():
+    """A long question's role text is its title, so "tests added" in its body does not make tests count fully; a short question is its own role text."""
+    from daemons.lib.roles import TEST, role_weights
+
+    long_q = "Fix the retry delay overflow in the backoff helper\n\n" + "The delay grew without bound after many attempts. " * 8 + "\nTests added."
+    p = plan(long_q)
+    assert p.role_text == "Fix the retry delay overflow in the backoff helper"
+    assert role_weights(p.role_text, 0.1, 0.1)[TEST] == 0.1
+    assert role_weights(long_q, 0.1, 0.1)[TEST] == 1.0
+    assert plan("how is the retry tested?").role_text == "how is the retry tested?"
+    assert plan(long_q, analysis=False).role_text == long_q

@@ -284,10 +284,11 @@ class Front:
         if store is None:
             return [], plan_for(question, self.s).keyword_query
         counts = store.document_frequencies(wait=True)
-        keyword_query = plan_for(question, self.s, counts[0] if counts else None).keyword_query
+        qplan = plan_for(question, self.s, counts[0] if counts else None)
+        keyword_query = qplan.keyword_query
         result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
                                mentioned=mentions(question) if self.s.path_mentions else (),
-                               role_weights=role_weights(question, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
+                               role_weights=role_weights(qplan.role_text, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
                                list_weights=self.s.list_weights())
         return to_candidates(result.candidates), keyword_query
 

@@ -39,6 +39,8 @@ Contract
   ``max_chars``; otherwise the title, the last error line, and the frames' functions and other
   identifiers (error-line and title identifiers first), joined by newlines and cut to
   ``max_chars``: what the cross-encoder's 64 question tokens should hold.
+* ``plan(question, ...)`` gathers each search's query in a ``QueryPlan``; its ``role_text``, whose
+  words say whether the question asks for tests, docs or config, is a long question's title.
 * ``dense_texts(question, analysis, window_chars, max_windows)`` is the texts the question's
   vector is made from: the question alone when it fits in ``window_chars``; otherwise the
   title-led condensed form (``rerank_query`` at ``window_chars``) followed by windows of
@@ -325,6 +327,9 @@ class QueryPlan:
     dense: str
     rerank_query: str
     analysis: Analysis | None
+    #: the text whose words say whether tests, docs or config are asked for (``roles.role_weights``):
+    #: a long question's title, since its body mentions tests and docs in passing ("tests added")
+    role_text: str = ""
 
 
 def plan(question: str, *, analysis: bool = True, keyword_max_terms: int = KEYWORD_MAX_TERMS, dense: str = WHOLE,
@@ -336,7 +341,7 @@ def plan(question: str, *, analysis: bool = True, keyword_max_terms: int = KEYWO
     if dense not in DENSE_QUERIES:
         raise ValueError(f"dense_query is {dense!r}, not one of {', '.join(DENSE_QUERIES)}")
     if not analysis:
-        return QueryPlan(query_keywords(question), [question], WHOLE, question, None)
+        return QueryPlan(query_keywords(question), [question], WHOLE, question, None, question)
     a = analyse(question)
     if dense == WHOLE or len(question) <= DENSE_WINDOW_CHARS:
         texts, dense = [question], WHOLE
@@ -344,7 +349,8 @@ def plan(question: str, *, analysis: bool = True, keyword_max_terms: int = KEYWO
         texts = [rerank_query(question, a, DENSE_WINDOW_CHARS)]
     else:
         texts = dense_texts(question, a, DENSE_WINDOW_CHARS, dense_windows)
-    return QueryPlan(keyword_query(question, a, keyword_max_terms, df), texts, dense, rerank_query(question, a, rerank_query_chars), a)
+    return QueryPlan(keyword_query(question, a, keyword_max_terms, df), texts, dense, rerank_query(question, a, rerank_query_chars), a,
+                     a.title if a.is_long else question)
 
 
 def plan_for(question: str, settings: Any, df: Mapping[str, int] | None = None) -> QueryPlan:
