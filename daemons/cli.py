@@ -362,7 +362,7 @@ NOT_RUNNING = "wsctx is not running: start it with `wsctx up`"
 def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any]]:
     """Per registered workspace: files on disk, indexed files, chunks, rows, pending, last update, problems."""
     from daemons.lib.store import table_mtime
-    from daemons.lib.workspaces import Registry, index_dir
+    from daemons.lib.workspaces import Registry, folder_bytes, index_dir
 
     watcher = ((statuses.get("watcher") or {}).get("details") or {}).get("workspaces") or {}
     emb_status = statuses.get("embedder")
@@ -380,8 +380,9 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
             "root": root, "files": None, "indexed_files": None, "chunks": None, "rows": None,
             "pending": None, "skipped": None, "last_update": None, "last_reconcile": None, "problems": problems,
         }
+        entry["index_bytes"] = folder_bytes(index_dir(settings.data_dir, wid))
         if not Path(root).is_dir():
-            problems.append(f"workspace folder {root} does not exist")
+            problems.append(f"workspace folder {root} does not exist: `wsctx remove {wid}` or `wsctx gc` drops its index")
         if write_error:
             problems.append(f"writes failing: {_write_reason(write_error)} ({writes_failed} failed); indexing resumes by itself when they succeed")
         if w is not None:
@@ -447,10 +448,11 @@ def format_workspaces(report: dict[str, dict[str, Any]], now: float | None = Non
     if not report:
         return "no workspaces registered (run `wsctx add PATH`)"
     rows = [
-        [wid, e["files"], e["indexed_files"], e["chunks"], e["rows"], e["pending"], fmt_age(e["last_update"], now)]
+        [wid, e["files"], e["indexed_files"], e["chunks"], e["rows"], e["pending"], fmt_age(e["last_update"], now),
+         f"{e['index_bytes'] / 1e6:.1f} MB" if e.get("index_bytes") is not None else None]
         for wid, e in report.items()
     ]
-    lines = [table(["workspace", "files", "indexed", "chunks", "rows", "pending", "last update"], rows)]
+    lines = [table(["workspace", "files", "indexed", "chunks", "rows", "pending", "last update", "index"], rows)]
     for wid, e in report.items():
         lines.append(f"  {wid}: {e['root']}")
         for p in e["problems"]:
@@ -706,22 +708,53 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_remove(args: argparse.Namespace) -> int:
-    """Unregister a workspace: the watcher stops watching it and its index folder is deleted (by
-    the embedder when it runs, since it writes the index folders; else here)."""
+def _drop_workspace(settings, wid: str) -> int:
+    """Unregister *wid* and delete its index folder (by the embedder when it runs, since it writes
+    the index folders; else here); the bytes freed."""
     from daemons.lib.workspaces import Registry, remove_index
     from protocol.schema import ReconcileRequest, WorkspaceRemoveRequest
 
-    settings = _settings(args)
-    wid, root = resolve_workspace(settings, args.workspace)
     Registry(settings.data_dir).remove(wid)
     if is_up(settings, "watcher"):
         control(settings, "watcher", ReconcileRequest(workspace=""))  # it drops workspaces no longer registered
     if is_up(settings, "embedder"):
-        freed = control(settings, "embedder", WorkspaceRemoveRequest(workspace=wid), timeout_ms=60_000, what="the remove request").freed_bytes
-    else:
-        freed = remove_index(settings.data_dir, wid)
+        return control(settings, "embedder", WorkspaceRemoveRequest(workspace=wid), timeout_ms=60_000, what="the remove request").freed_bytes
+    return remove_index(settings.data_dir, wid)
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    """Unregister a workspace: the watcher stops watching it and its index folder is deleted."""
+    settings = _settings(args)
+    wid, root = resolve_workspace(settings, args.workspace)
+    freed = _drop_workspace(settings, wid)
     print(f"removed {wid} ({root}): its index is deleted, {freed / 1e6:.1f} MB freed; the folder itself is untouched")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Drop the indexes nothing needs: of registered workspaces whose folder no longer exists, and
+    index folders of no registered workspace. Lists them and asks first, unless --yes."""
+    from daemons.lib.workspaces import Registry, folder_bytes, index_dir, is_workspace_id
+
+    settings = _settings(args)
+    entries = Registry(settings.data_dir).load()
+    gone = {wid: root for wid, root in entries.items() if not Path(root).is_dir()}
+    indexes = Path(settings.data_dir) / "indexes"
+    orphans = sorted(p.name for p in indexes.iterdir() if p.is_dir() and p.name not in entries and is_workspace_id(p.name)) if indexes.is_dir() else []
+    if not gone and not orphans:
+        print("nothing to collect: every index belongs to a registered workspace whose folder exists")
+        return 0
+    for wid, root in sorted(gone.items()):
+        print(f"  {wid}: folder {root} no longer exists ({folder_bytes(index_dir(settings.data_dir, wid)) / 1e6:.1f} MB)")
+    for wid in orphans:
+        print(f"  {wid}: index of no registered workspace ({folder_bytes(index_dir(settings.data_dir, wid)) / 1e6:.1f} MB)")
+    if not args.yes:
+        answer = input(f"delete these {len(gone) + len(orphans)} indexes? [y/N] ") if sys.stdin.isatty() else ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing deleted (pass --yes to delete without asking)")
+            return 1
+    freed = sum(_drop_workspace(settings, wid) for wid in sorted(gone) + orphans)
+    print(f"deleted {len(gone) + len(orphans)} indexes, {freed / 1e6:.1f} MB freed")
     return 0
 
 
@@ -971,6 +1004,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("remove", cmd_remove, "unregister a workspace and delete its index (the folder itself is untouched)")
     sp.add_argument("workspace", help="id or a path inside it")
+
+    sp = add("gc", cmd_gc, "delete the indexes of workspaces whose folder is gone, and of no registered workspace (asks first)")
+    sp.add_argument("--yes", action="store_true", default=False, help="delete without asking")
 
     sp = add("logs", cmd_logs, "show the daemons' log files (JSON lines)")
     sp.add_argument("daemon", nargs="?", default=None, choices=DAEMONS)

@@ -446,3 +446,41 @@ def test_an_ask_outside_every_workspace_lists_the_registered_ones(tmp_path):
         message = info.value.message
         assert str(tmp_path / "alpha") in message and str(tmp_path / "beta") in message and "--workspace" in message
         assert "wsctx add" not in message or ref  # nothing to add when the question just did not name one
+
+
+@pytest.mark.timeout(120)
+def test_gc_lists_then_deletes_indexes_of_gone_folders_and_of_no_workspace():
+    """`wsctx gc` lists the indexes of workspaces whose folder is gone and of no registered workspace, deletes nothing without --yes, and with it deletes just those; status shows each index's size."""
+    from daemons.lib.workspaces import Registry, index_dir, workspace_id
+
+    base = short_tmpdir("wg")
+    try:
+        env = daemon_env(base)
+        data = Path(env["WSCTX_DATA_DIR"])
+        live, dead = base / "live", base / "dead"
+        live.mkdir()
+        dead.mkdir()
+        reg = Registry(data)
+        live_id, _ = reg.add(live)
+        dead_id, _ = reg.add(dead)
+        orphan_id = workspace_id(base / "never-registered")
+        for wid in (live_id, dead_id, orphan_id):
+            index_dir(data, wid).mkdir(parents=True)
+            (index_dir(data, wid) / "blob").write_bytes(b"x" * 300_000)
+        dead.rmdir()
+
+        status = _wsctx(env, "status")
+        assert "0.3 MB" in status.stdout and f"wsctx remove {dead_id}" in status.stdout, status.stdout
+        asked = _wsctx(env, "gc")
+        assert asked.returncode == 1 and "nothing deleted" in asked.stdout
+        assert dead_id in asked.stdout and orphan_id in asked.stdout and live_id not in asked.stdout
+        assert index_dir(data, dead_id).is_dir() and index_dir(data, orphan_id).is_dir()
+
+        done = _wsctx(env, "gc", "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "deleted 2 indexes, 0.6 MB freed" in done.stdout
+        assert not index_dir(data, dead_id).exists() and not index_dir(data, orphan_id).exists()
+        assert index_dir(data, live_id).is_dir() and set(reg.load()) == {live_id}
+        assert "nothing to collect" in _wsctx(env, "gc").stdout
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
