@@ -194,3 +194,13 @@ def test_a_newline_in_a_file_name_cannot_split_a_label():
     assert span_label("src/a b/é.py", 3, 9) == "src/a b/é.py:3-9"
     odd = span_label("names/new\nline\tand\rcr.py", 1, 2)
     assert odd == "names/new\\nline\\tand\\rcr.py:1-2" and odd.isprintable()
+
+
+def test_focus_note_names_the_focus_files_and_counts_those_used():
+    """The context line names the first three focus files, counts the rest, and says how many gave a candidate through a focus list."""
+    from daemons.lib.assembly import focus_note
+
+    cands = [("src/a.py", {"focus_vector": 1, "vector": 3}), ("src/b.py", {"keyword": 1}), ("src/c.py", {"focus_keyword": 2})]
+    assert focus_note(["src/a.py", "src/b.py", "src/c.py", "src/d.py", "src/e.py"], cands) == "focus src/a.py, src/b.py, src/c.py (+2), 2 used"
+    assert focus_note(["src/b.py"], cands) == "focus src/b.py, 0 used"
+    assert focus_note([], cands) == ""

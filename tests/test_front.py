@@ -431,7 +431,7 @@ def test_follow_up_is_searched_with_the_previous_question(stack):
 
 @pytest.mark.timeout(120)
 def test_active_file_is_among_the_candidates(stack):
-    """A file given as active_file is searched by the focus passes even when the question does not mention it."""
+    """A file given as active_file is searched by the focus passes even when the question does not mention it, and the context line names it."""
     reply = stack.ask("exponential backoff between retries", active_file=str(stack.root / "docs/architecture.md"),
                       threshold=0.0, snippet_count=12, budget_chars=100000)
     focus = [b for b in reply.blocks if b.path == "docs/architecture.md"]
@@ -439,6 +439,7 @@ def test_active_file_is_among_the_candidates(stack):
     assert any({"focus_vector", "focus_keyword"} & set(b.retrievers) for b in focus)
     prepare = next(s for s in reply.stages if s.name == "prepare")
     assert prepare.detail["focus"][0] == "docs/architecture.md"
+    assert "· focus docs/architecture.md" in reply.context_line and " used" in reply.context_line
 
 
 @pytest.mark.timeout(120)

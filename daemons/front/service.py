@@ -250,6 +250,7 @@ class Front:
         weighted = assembly.weights_note((c.path, c.weight) for c in candidates)
         notes = [f"weighted {weighted}"] if weighted else []
         notes.append(assembly.named_note((c.path, c.ranks) for c in candidates))
+        notes.append(assembly.focus_note(focus, ((c.path, c.ranks) for c in candidates)))
         line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded, notes=notes)
         stage("assemble", t0, blocks=len(out_blocks), chars=sum(len(b.text) for b in out_blocks))
 

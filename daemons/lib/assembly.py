@@ -22,7 +22,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from daemons.lib.fusion import MENTIONED
+from daemons.lib.fusion import FOCUS_KEYWORD, FOCUS_VECTOR, MENTIONED
 from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role
 from daemons.lib.widening import IMPORTS_MAX_CHARS, imports_block, lines_text, split_lines
 
@@ -397,6 +397,21 @@ def weights_note(candidates: Iterable[tuple[str, float]]) -> str:
         if weight < 1.0:
             seen.setdefault(file_role(path), weight)
     return ", ".join(f"{role}s ×{seen[role]:g}" for role in (TEST, DOC, CONFIG, SOURCE) if role in seen)
+
+
+#: Focus files named in the context line; more are counted.
+FOCUS_NOTE_FILES = 3
+
+
+def focus_note(focus: Sequence[str], candidates: Iterable[tuple[str, Mapping[str, int]]]) -> str:
+    """``focus a.py, b.py (+2)`` for the focus files the search was given (active, visible, the
+    previous answer's, open), the first ``FOCUS_NOTE_FILES`` named, and ``, 1 used`` counting
+    those that gave a candidate through a focus list; "" without focus files."""
+    if not focus:
+        return ""
+    used = {path for path, ranks in candidates if FOCUS_VECTOR in ranks or FOCUS_KEYWORD in ranks}
+    more = f" (+{len(focus) - FOCUS_NOTE_FILES})" if len(focus) > FOCUS_NOTE_FILES else ""
+    return f"focus {', '.join(focus[:FOCUS_NOTE_FILES])}{more}, {len(used & set(focus))} used"
 
 
 def named_note(candidates: Iterable[tuple[str, Mapping[str, int]]]) -> str:
