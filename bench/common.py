@@ -373,12 +373,11 @@ def question_queries(q: str, settings: Settings, embedder: Any, store: IndexStor
     searcher and front make them (``question.plan``): ``(plan, keyword query, query vector(s),
     mentions)``."""
     from daemons.lib import question
-    from daemons.lib.mentions import mentions
 
     counts = store.document_frequencies(wait=True)
     p = question.plan_for(q, settings, counts[0] if counts else None)
     vectors = np.stack([embedder.embed_query(t) for t in p.dense_texts])
-    return p, p.keyword_query, question.combine_vectors(vectors, p.dense), (mentions(q) if settings.path_mentions else [])
+    return p, p.keyword_query, question.combine_vectors(vectors, p.dense), (p.mentions if settings.path_mentions else [])
 
 
 def apply_overrides(settings: Settings, items: list[str], allowed: tuple[str, ...]) -> str:

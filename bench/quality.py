@@ -88,9 +88,14 @@ def reranked_orders(ranked: dict, settings) -> tuple[list[str], list[str]]:
     paths, probs, weights = ranked["fused_chunks"], ranked["fused_probs"], ranked["fused_weights"]
     weighted = [p * w for p, w in zip(probs, weights)]
     by_prob = sorted(range(len(paths)), key=lambda i: (-weighted[i], i))
-    keys = rerank_order(paths, weighted, settings.rerank_fusion_k, settings.rerank_fusion_weight)
-    blended = sorted(range(len(paths)), key=lambda i: (-keys[i], i))
-    return files_in_order([paths[i] for i in by_prob]), files_in_order([paths[i] for i in blended])
+    return files_in_order([paths[i] for i in by_prob]), blended_files(paths, weighted, settings.rerank_fusion_k, settings.rerank_fusion_weight)
+
+
+def blended_files(paths: list[str], weighted: list[float], k: int, weight: float) -> list[str]:
+    """The product's final file order: candidates' *paths* in fused order and their cross-encoder
+    probabilities times role weight, blended by ``fusion.rerank_order``."""
+    keys = rerank_order(paths, weighted, k, weight)
+    return files_in_order([paths[i] for i in sorted(range(len(paths)), key=lambda i: (-keys[i], i))])
 
 
 def select_cases(which: str, cache: Path, repos: list[str] | None = None, tags: list[str] | None = None, limit: int = 0,

@@ -35,16 +35,15 @@ from bench.common import (
     METRIC_NAMES, EmbedCache, apply_overrides, bench_settings, file_metrics, files_in_order, index_key, mean_metrics, open_or_build,
     question_queries,
 )
-from bench.quality import select_cases
+from bench.quality import blended_files, select_cases
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion, mentions as mentions_mod, question as question_mod, roles, search
-from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, rerank_order, weighted_fuse
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, weighted_fuse
 from daemons.lib.roles import file_role, role_weights
 from daemons.lib.search import hybrid_search
 from models.cross_encoder import rerank_passage
 
 OUT = Path(__file__).resolve().parent / "results" / "tune.json"
-LISTS = (VECTOR, KEYWORD, FILE_KEYWORD, FILE_BM25, MENTIONED)
 #: The grid: each list's weight, and the RRF constant.
 GRID: dict[str, tuple[float, ...]] = {
     VECTOR: (0.5, 1.0, 1.5, 2.0, 3.0),
@@ -82,25 +81,28 @@ def case_lists(store: Any, embedder: Any, q: str, settings: Any) -> dict[str, An
             "roles": {c: r["weight"] for c, r in rows.items()}, "probs": {}}
 
 
-def fused_top(data: dict[str, Any], weights: dict[str, float], rrf_k: int, top_n: int = TOP_N) -> list[str]:
-    """The product's fused top *top_n* chunk ids under list *weights* and *rrf_k*; *weights* may
-    also hold ``test``, ``doc`` and ``config`` role multipliers (else the shipped ones apply)."""
+def role_weight_of(data: dict[str, Any], weights: dict[str, float]):
+    """Each chunk's role multiplier under *weights*: a test, doc or config chunk the question did
+    not ask for takes the setting's ``test``/``doc``/``config`` value, else the shipped one."""
     roles_, kinds = data["roles"], data["kinds"]
 
     def role_weight(cid: str) -> float:
-        # a test, doc or config chunk the question did not ask for takes the setting's multiplier
         return weights.get(kinds[cid], roles_[cid]) if cid in kinds else roles_[cid]
 
-    return [f.id for f, _, _ in weighted_fuse(data["lists"], role_weight, rrf_k, weights)[:top_n]]
+    return role_weight
 
 
-def final_files(data: dict[str, Any], top: list[str], k: int, weight: float) -> list[str]:
-    """The product's final file order of *top* (fused order) blended with the cross-encoder."""
-    paths = [data["paths"][c] for c in top]
-    weighted = [data["probs"][c] * data["roles"][c] for c in top]
-    keys = rerank_order(paths, weighted, k, weight)
-    order = sorted(range(len(top)), key=lambda i: (-keys[i], -weighted[i], i))
-    return files_in_order([paths[i] for i in order])
+def fused_top(data: dict[str, Any], weights: dict[str, float], rrf_k: int, top_n: int = TOP_N) -> list[str]:
+    """The product's fused top *top_n* chunk ids under list *weights* and *rrf_k*; *weights* may
+    also hold ``test``, ``doc`` and ``config`` role multipliers (else the shipped ones apply)."""
+    return [f.id for f, _, _ in weighted_fuse(data["lists"], role_weight_of(data, weights), rrf_k, weights)[:top_n]]
+
+
+def final_files(data: dict[str, Any], top: list[str], weights: dict[str, float], k: int, weight: float) -> list[str]:
+    """The product's final file order of *top* (fused order) blended with the cross-encoder, each
+    probability times the chunk's role multiplier under *weights*, as the front weighs it."""
+    role_weight = role_weight_of(data, weights)
+    return blended_files([data["paths"][c] for c in top], [data["probs"][c] * role_weight(c) for c in top], k, weight)
 
 
 def score(cases: list[dict], files_of) -> dict[str, Any]:
@@ -186,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         report_blends = {0: (settings.rerank_fusion_k, settings.rerank_fusion_weight),
                          1: (given.get("rerank_fusion_k", settings.rerank_fusion_k), given.get("rerank_fusion_weight", settings.rerank_fusion_weight))}
     else:
-        configs = [({l: w for l, w in zip(LISTS, combo[:-1])}, combo[-1]) for combo in itertools.product(*GRID.values())]
+        # each grid point: the list weights, and the RRF constant (GRID's last key)
+        configs = [(dict(zip(list(GRID)[:-1], combo[:-1])), combo[-1]) for combo in itertools.product(*GRID.values())]
         if shipped not in configs:
             configs.append(shipped)
     alone = {lst: score(cases, lambda c, lst=lst: files_in_order([datas[c["key"]]["paths"][x] for x in datas[c["key"]]["lists"].get(lst, [])]))
@@ -258,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, (w, k) in enumerate(finalists):
             tops = {c["key"]: fused_top(datas[c["key"]], w, k) for c in cases}
             for bk, bw in ([report_blends[i]] if args.report else itertools.product(BLEND_K, BLEND_WEIGHT)):
-                s = score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], bk, bw))
+                s = score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], w, bk, bw))
                 blends.append(((w, k, bk, bw), s))
         blends.sort(key=lambda t: -t[1]["repo_mean"]["mrr"])
         lines.append("\nfinal order (fused blended with the cross-encoder: rerank_fusion_k, rerank_fusion_weight)")

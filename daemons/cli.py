@@ -366,10 +366,11 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
 
     watcher = ((statuses.get("watcher") or {}).get("details") or {}).get("workspaces") or {}
     emb_status = statuses.get("embedder")
-    embedder = ((emb_status or {}).get("details") or {}).get("workspaces") or {}
-    model_error = ((emb_status or {}).get("details") or {}).get("model_error") or ""
-    write_error = ((emb_status or {}).get("details") or {}).get("write_error") or ""
-    writes_failed = ((emb_status or {}).get("details") or {}).get("writes_failed") or 0
+    emb_details = (emb_status or {}).get("details") or {}
+    embedder = emb_details.get("workspaces") or {}
+    model_error = emb_details.get("model_error") or ""
+    write_error = emb_details.get("write_error") or ""
+    writes_failed = emb_details.get("writes_failed") or 0
     out: dict[str, dict[str, Any]] = {}
     # with every daemon down, one plain problem says so, not what each missing daemon would degrade
     all_down = bool(statuses) and all(st is None for st in statuses.values())

@@ -24,9 +24,8 @@ from daemons.lib.config import Settings, load_settings, question_settings_proble
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.fusion import rerank_order
-from daemons.lib.question import plan_for
+from daemons.lib.question import QueryPlan, plan_for
 from daemons.lib.log import configure
-from daemons.lib.mentions import mentions
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
@@ -157,7 +156,7 @@ class Front:
             search_detail = {"timings_ms": sr.timings_ms, **sr.index}
         except ProtocolError as exc:
             self.log.warning("searcher_unavailable", error=exc.message)
-            candidates, keyword_query = self._local_search(wid, searched, focus)
+            candidates, keyword_query = self._local_search(wid, qplan, focus)
             degraded.append(DEGRADED_SEARCHER_DOWN)
         stage("search", t0, candidates=len(candidates), **search_detail)
 
@@ -280,15 +279,18 @@ class Front:
         cache[path] = text
         return text
 
-    def _local_search(self, wid: str, question: str, focus: list[str]) -> tuple[list[Candidate], str]:
+    def _local_search(self, wid: str, qplan: QueryPlan, focus: list[str]) -> tuple[list[Candidate], str]:
+        """Keywords-only search in this process (the searcher is down), with the question's plan
+        made again with the workspace's term counts when the table has them."""
         store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
         if store is None:
-            return [], plan_for(question, self.s).keyword_query
+            return [], qplan.keyword_query
         counts = store.document_frequencies(wait=True)
-        qplan = plan_for(question, self.s, counts[0] if counts else None)
+        if counts:
+            qplan = plan_for(qplan.question, self.s, counts[0])
         keyword_query = qplan.keyword_query
         result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
-                               mentioned=mentions(question) if self.s.path_mentions else (),
+                               mentioned=qplan.mentions if self.s.path_mentions else (),
                                role_weights=role_weights(qplan.role_text, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
                                list_weights=self.s.list_weights())
         return to_candidates(result.candidates), keyword_query

@@ -50,8 +50,9 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
 
-def sniff(data: bytes, max_bytes: int) -> FileVerdict:
-    """Classify file contents: too large, binary (NUL byte), not UTF-8, empty, or indexable."""
+def sniff(data: bytes, max_bytes: int, data_name: str | None = None) -> FileVerdict:
+    """Classify file contents: too large, binary (NUL byte), not UTF-8, empty, data or generated
+    (``data_file_reason``, judged when the file's name *data_name* is given), or indexable."""
     if len(data) > max_bytes:
         return FileVerdict(False, f"larger than {max_bytes} bytes", size=len(data))
     if b"\x00" in data[:SNIFF_BYTES] or b"\x00" in data:
@@ -62,6 +63,9 @@ def sniff(data: bytes, max_bytes: int) -> FileVerdict:
         return FileVerdict(False, f"not UTF-8 ({exc.reason} at byte {exc.start})", size=len(data))
     if not text.strip():
         return FileVerdict(False, "empty", size=len(data))
+    reason = data_file_reason(data_name, text, len(data)) if data_name is not None else ""
+    if reason:
+        return FileVerdict(False, reason, size=len(data))
     return FileVerdict(True, content_hash=content_hash(data), size=len(data))
 
 
@@ -86,11 +90,12 @@ def _literal_only(line: str) -> bool:
     return not any(c.isalpha() or c == "_" for c in rest)
 
 
-def data_file_reason(path: str, text: str) -> str:
+def data_file_reason(path: str, text: str, size: int | None = None) -> str:
     """Why a text file is data or generated rather than code to search, or '' (the data-file
     policy; the watcher counts it as skipped with this reason; a file an include glob matches is
-    not judged)."""
-    size = len(text.encode("utf-8", "surrogatepass"))
+    not judged). *size* is its length in bytes, when the caller has it."""
+    if size is None:
+        size = len(text.encode("utf-8", "surrogatepass"))
     suffix = os.path.splitext(path)[1].lower()
     if suffix in DATA_SUFFIXES and size > DATA_MAX_BYTES:
         return f"data file ({suffix} over {DATA_MAX_BYTES // 1000} KB)"
@@ -135,11 +140,7 @@ def read_file(path: Path, max_bytes: int, data_policy: bool = True) -> tuple[Fil
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         return FileVerdict(False, f"unreadable ({exc.strerror or exc})"), None
-    verdict = sniff(data, max_bytes)
-    if verdict.ok and data_policy:
-        reason = data_file_reason(path.name, data.decode("utf-8"))
-        if reason:
-            verdict = FileVerdict(False, reason, size=verdict.size)
+    verdict = sniff(data, max_bytes, path.name if data_policy else None)
     return verdict, data if verdict.ok else None
 
 

@@ -19,7 +19,8 @@ Contract
 * ``query_keywords(question)`` treats the question like code: identifiers (dotted names such as
   ``os.path.join`` fall apart on the dots) lowercased whole, plus their parts; stop words dropped
   (whole words and parts) unless the word is code-like (contains ``_`` or a digit, has several
-  parts, or sits in backticks); deduplicated in order of first appearance.
+  parts, or sits in backticks: ``is_code_like``); deduplicated in order of first appearance.
+  ``query_terms(question)`` is the same terms with repeats.
 * ``content_words(question)`` is the non-stop words, lowercased, deduplicated in order; the
   follow-up rule counts them.  ``PRONOUNS`` is the pronoun set that rule uses.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Collection
 
 __all__ = [
     "MAX_TOKEN_REPEATS",
@@ -36,8 +38,10 @@ __all__ = [
     "content_words",
     "file_keyword_text",
     "identifiers",
+    "is_code_like",
     "keyword_text",
     "query_keywords",
+    "query_terms",
     "split_identifier",
 ]
 
@@ -161,7 +165,9 @@ def file_keyword_text(chunk_texts: list[str], path: str) -> str:
     return keyword_text("\n".join(chunk_texts), path, max_repeats=None)
 
 
-def _code_like(ident: str, quoted: set[str]) -> bool:
+def is_code_like(ident: str, quoted: Collection[str] = ()) -> bool:
+    """Whether *ident* reads as code: it contains ``_`` (not only at its ends) or a digit, has
+    several parts, or is among *quoted* (identifiers written as code, e.g. in backticks)."""
     return (
         ident in quoted
         or "_" in ident.strip("_")
@@ -170,25 +176,23 @@ def _code_like(ident: str, quoted: set[str]) -> bool:
     )
 
 
+def query_terms(question: str, quoted: Collection[str] | None = None) -> list[str]:
+    """The terms of ``query_keywords``, with repeats, in order of appearance. *quoted* are the
+    identifiers written as code (default: those inside backticks anywhere in *question*)."""
+    if quoted is None:
+        quoted = {i for m in _BACKTICK_RE.finditer(question) for i in identifiers(m.group(1))}
+    out: list[str] = []
+    for ident in identifiers(question):
+        if not is_code_like(ident, quoted) and ident.lower() in STOP_WORDS:
+            continue
+        # a part like "is" of isValid adds nothing
+        out.extend(tok for i, tok in enumerate(_expand(ident)) if i == 0 or tok not in STOP_WORDS)
+    return out
+
+
 def query_keywords(question: str) -> str:
     """The BM25 query for a question: see the module docstring for the contract."""
-    quoted: set[str] = set()
-    for m in _BACKTICK_RE.finditer(question):
-        quoted.update(identifiers(m.group(1)))
-    out: list[str] = []
-    seen: set[str] = set()
-    for ident in identifiers(question):
-        code_like = _code_like(ident, quoted)
-        whole = ident.lower()
-        if not code_like and whole in STOP_WORDS:
-            continue
-        for i, tok in enumerate(_expand(ident)):
-            if i > 0 and tok in STOP_WORDS:
-                continue  # a part like "is" of isValid adds nothing
-            if tok not in seen:
-                seen.add(tok)
-                out.append(tok)
-    return " ".join(out)
+    return " ".join(dict.fromkeys(query_terms(question)))
 
 
 def content_words(question: str) -> list[str]:

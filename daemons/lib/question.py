@@ -51,10 +51,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from collections.abc import Mapping
 from typing import Any
 
-from daemons.lib.keywords import STOP_WORDS, _expand, identifiers, query_keywords, split_identifier
+from daemons.lib.keywords import STOP_WORDS, _expand, identifiers, is_code_like, query_keywords, query_terms
 from daemons.lib.mentions import mentions
 
 __all__ = [
@@ -68,6 +69,18 @@ LONG_WORDS = 60
 KEYWORD_MAX_TERMS = 32
 #: Characters of a long question the cross-encoder is given (its 64 question tokens hold ~250).
 RERANK_QUERY_CHARS = 300
+
+#: ``dense_query`` values: how a long question's vector is made. ``whole``: the question as it is
+#: (the embedder reads its first 256 tokens; SPEC); ``condensed``: ``rerank_query`` of the question
+#: at ``DENSE_WINDOW_CHARS``; ``mean``: the normalised mean of the ``dense_texts`` vectors; ``max``:
+#: one search per ``dense_texts`` vector, each chunk at its nearest.
+WHOLE, CONDENSED, MEAN, MAX = "whole", "condensed", "mean", "max"
+DENSE_QUERIES = (WHOLE, CONDENSED, MEAN, MAX)
+#: Characters per dense window: about the embedder's 256 tokens of prose.
+DENSE_WINDOW_CHARS = 1000
+#: At most this many texts are embedded for one question (``mean``, ``max``).
+DENSE_MAX_WINDOWS = 4
+
 
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
 _PROMPT_RE = re.compile(r"^\s*(>>> |\.\.\. |\$ |In \[\d+\]: |Out\[\d+\]: )")
@@ -140,10 +153,6 @@ def _quoted(text: str) -> set[str]:
     return {i for m in _INLINE_CODE_RE.finditer(text) for i in identifiers(m.group(1))}
 
 
-def _code_like(ident: str) -> bool:
-    return "_" in ident.strip("_") or any(c.isdigit() for c in ident) or len(split_identifier(ident)) > 1
-
-
 def analyse(question: str) -> Analysis:
     """Split *question* into its parts (see the module docstring)."""
     a = Analysis(paths=mentions(question))
@@ -200,14 +209,10 @@ def analyse(question: str) -> Analysis:
     found: list[str] = [f.function for f in a.frames if f.function and identifiers(f.function) == [f.function]]
     for line in a.error_lines:
         head = identifiers(line)[:1]  # the exception's name: ValueError, TypeError, panic ...
-        found.extend(i for i in identifiers(line) if i in quoted or _code_like(i) or i in head)
+        found.extend(i for i in identifiers(line) if is_code_like(i, quoted) or i in head)
     for text in (*a.code_blocks, a.prose):
-        found.extend(i for i in identifiers(text) if i in quoted or _code_like(i))
-    seen: set[str] = set()
-    for ident in found:
-        if ident not in seen and ident.lower() not in STOP_WORDS:
-            seen.add(ident)
-            a.identifiers.append(ident)
+        found.extend(i for i in identifiers(text) if is_code_like(i, quoted))
+    a.identifiers = [i for i in dict.fromkeys(found) if i.lower() not in STOP_WORDS]
     return a
 
 
@@ -229,18 +234,9 @@ def _classify(line: str, a: Analysis, seen_frames: set[Frame], seen_errors: set[
 
 
 def _terms(text: str) -> list[str]:
-    """The keyword terms of *text* as ``query_keywords`` makes them, with repeats."""
-    out: list[str] = []
-    quoted = _quoted(text)
-    for ident in identifiers(text):
-        code_like = ident in quoted or _code_like(ident)
-        if not code_like and ident.lower() in STOP_WORDS:
-            continue
-        for i, tok in enumerate(_expand(ident)):
-            if i > 0 and tok in STOP_WORDS:
-                continue
-            out.append(tok)
-    return out
+    """The keyword terms of *text* as ``query_keywords`` makes them, with repeats (inline code
+    spans, not fences, mark identifiers as code)."""
+    return query_terms(text, _quoted(text))
 
 
 def keyword_query(question: str, analysis: Analysis | None = None, max_terms: int = KEYWORD_MAX_TERMS,
@@ -284,14 +280,14 @@ def rerank_query(question: str, analysis: Analysis | None = None, max_chars: int
     title_ids = set(identifiers(a.title))
     names = [f.function for f in reversed(a.frames) if f.function]
     names += [i for i in a.identifiers if i not in title_ids]
-    seen: set[str] = set()
-    picked = [n for n in names if not (n in seen or seen.add(n))]
+    picked = list(dict.fromkeys(names))
     if picked:
         parts.append(" ".join(picked))
     return "\n".join(p for p in parts if p)[:max_chars]
 
 
-def dense_texts(question: str, analysis: Analysis | None = None, window_chars: int = 1000, max_windows: int = 4) -> list[str]:
+def dense_texts(question: str, analysis: Analysis | None = None, window_chars: int = DENSE_WINDOW_CHARS,
+                max_windows: int = DENSE_MAX_WINDOWS) -> list[str]:
     """The texts the question's vector is made from (see the module docstring)."""
     if len(question) <= window_chars or max_windows <= 1:
         return [question]
@@ -302,18 +298,6 @@ def dense_texts(question: str, analysis: Analysis | None = None, window_chars: i
             break
         out.append(question[start:start + window_chars])
     return out
-
-
-#: ``dense_query`` values: how a long question's vector is made. ``whole``: the question as it is
-#: (the embedder reads its first 256 tokens; SPEC); ``condensed``: ``rerank_query`` of the question
-#: at ``DENSE_WINDOW_CHARS``; ``mean``: the normalised mean of the ``dense_texts`` vectors; ``max``:
-#: one search per ``dense_texts`` vector, each chunk at its nearest.
-WHOLE, CONDENSED, MEAN, MAX = "whole", "condensed", "mean", "max"
-DENSE_QUERIES = (WHOLE, CONDENSED, MEAN, MAX)
-#: Characters per dense window: about the embedder's 256 tokens of prose.
-DENSE_WINDOW_CHARS = 1000
-#: At most this many texts are embedded for one question (``mean``, ``max``).
-DENSE_MAX_WINDOWS = 4
 
 
 @dataclass
@@ -330,6 +314,14 @@ class QueryPlan:
     #: the text whose words say whether tests, docs or config are asked for (``roles.role_weights``):
     #: a long question's title, since its body mentions tests and docs in passing ("tests added")
     role_text: str = ""
+    #: the question itself
+    question: str = ""
+
+    @cached_property
+    def mentions(self) -> list[str]:
+        """``mentions.mentions`` of the question: the analysis's paths when there is one (so the
+        question is scanned once), else computed on first use."""
+        return self.analysis.paths if self.analysis is not None else mentions(self.question)
 
 
 def plan(question: str, *, analysis: bool = True, keyword_max_terms: int = KEYWORD_MAX_TERMS, dense: str = WHOLE,
@@ -341,7 +333,7 @@ def plan(question: str, *, analysis: bool = True, keyword_max_terms: int = KEYWO
     if dense not in DENSE_QUERIES:
         raise ValueError(f"dense_query is {dense!r}, not one of {', '.join(DENSE_QUERIES)}")
     if not analysis:
-        return QueryPlan(query_keywords(question), [question], WHOLE, question, None, question)
+        return QueryPlan(query_keywords(question), [question], WHOLE, question, None, question, question)
     a = analyse(question)
     if dense == WHOLE or len(question) <= DENSE_WINDOW_CHARS:
         texts, dense = [question], WHOLE
@@ -350,7 +342,7 @@ def plan(question: str, *, analysis: bool = True, keyword_max_terms: int = KEYWO
     else:
         texts = dense_texts(question, a, DENSE_WINDOW_CHARS, dense_windows)
     return QueryPlan(keyword_query(question, a, keyword_max_terms, df), texts, dense, rerank_query(question, a, rerank_query_chars), a,
-                     a.title if a.is_long else question)
+                     a.title if a.is_long else question, question)
 
 
 def plan_for(question: str, settings: Any, df: Mapping[str, int] | None = None) -> QueryPlan:

@@ -126,8 +126,8 @@ class IndexStore:
         #: files given their whole-file document when the writer opened the table (an older table)
         self.file_keywords_filled = 0
         self._paths: tuple[int, frozenset[str]] | None = None
-        #: (table version, monotonic time, term -> files, files) of document_frequencies
-        self._df: tuple[int, float, dict[str, int], int] | None = None
+        #: (table version, monotonic time when counted, (term -> files, files)) of document_frequencies
+        self._df: tuple[int, float, tuple[dict[str, int], int]] | None = None
         self._df_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ opening
@@ -309,19 +309,18 @@ class IndexStore:
         ``DF_REFRESH_S``. Without counts yet (first call, or a table without the column) it returns
         None and starts the count, unless *wait* (benchmarks), which counts now when stale.
         """
-        version, now = self.table.version, time.monotonic()
         cached = self._df
-        fresh = cached is not None and (cached[0] == version or now - cached[1] < DF_REFRESH_S)
-        if fresh or not self.has_file_keywords:
-            return (cached[2], cached[3]) if cached else None
-        if wait:
-            self._count_terms()
-            return (self._df[2], self._df[3]) if self._df else None
-        with self._lock:
-            if self._df_thread is None or not self._df_thread.is_alive():
-                self._df_thread = threading.Thread(target=self._count_terms, name="term-count", daemon=True)
-                self._df_thread.start()
-        return (cached[2], cached[3]) if cached else None
+        fresh = cached is not None and (cached[0] == self.table.version or time.monotonic() - cached[1] < DF_REFRESH_S)
+        if not fresh and self.has_file_keywords:
+            if wait:
+                self._count_terms()
+                cached = self._df
+            else:
+                with self._lock:
+                    if self._df_thread is None or not self._df_thread.is_alive():
+                        self._df_thread = threading.Thread(target=self._count_terms, name="term-count", daemon=True)
+                        self._df_thread.start()
+        return cached[2] if cached else None  # without waiting: the counts from before the recount
 
     def _count_terms(self) -> None:
         version, started = self.table.version, time.monotonic()
@@ -333,7 +332,7 @@ class IndexStore:
         texts = col.column(FILE_KEYWORDS).to_pylist()
         for text in texts:
             df.update(set(text.split()))
-        self._df = (version, started, dict(df), len(texts))
+        self._df = (version, started, (dict(df), len(texts)))
 
     def first_rows(self, paths: list[str]) -> list[dict[str, Any]]:
         """Each of ``paths``' first chunk row (chunk 0, window 0), in no particular order."""

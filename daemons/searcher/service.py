@@ -17,7 +17,6 @@ import zmq
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.question import QueryPlan, combine_vectors, plan_for
-from daemons.lib.mentions import mentions
 from daemons.lib.log import configure
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, to_candidates
@@ -104,7 +103,7 @@ class Searcher:
             vector, problem = None, DEGRADED_REBUILD
         degraded = [problem] if problem else []
         try:
-            result = self._run(store, keyword_query, vector, req, qplan.role_text)
+            result = self._run(store, keyword_query, vector, req, qplan)
         except (OSError, ValueError, RuntimeError) as exc:
             # The table changed under us (compaction, rebuild): reopen once and retry.
             self.log.warning("search_retry", error=str(exc))
@@ -113,7 +112,7 @@ class Searcher:
             store = self.store_for(req.workspace)
             if store is None:
                 return SearchReply(keyword_query=keyword_query, candidates=[], degraded=["index not built yet"])
-            result = self._run(store, keyword_query, vector, req, qplan.role_text)
+            result = self._run(store, keyword_query, vector, req, qplan)
         timings.update(result.timings_ms)
         candidates = to_candidates(result.candidates)
         timings["total"] = round((time.perf_counter() - started) * 1000, 2)
@@ -140,12 +139,12 @@ class Searcher:
             vectors.append(vec)
         return combine_vectors(np.stack(vectors), qplan.dense), model_id, ""
 
-    def _run(self, store: IndexStore, keyword_query: str, vector: np.ndarray | None, req: Any, role_text: str):
+    def _run(self, store: IndexStore, keyword_query: str, vector: np.ndarray | None, req: Any, qplan: QueryPlan):
         return hybrid_search(
             store, keyword_query, vector, req.focus_paths,
             vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
-            mentioned=mentions(req.question) if self.s.path_mentions else (),
-            role_weights=role_weights(role_text, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
+            mentioned=qplan.mentions if self.s.path_mentions else (),
+            role_weights=role_weights(qplan.role_text, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
             list_weights=self.s.list_weights(),
         )
 
