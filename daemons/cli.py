@@ -821,7 +821,8 @@ def build_ask_request(args: argparse.Namespace, workspace: str):
         active_file=absolute(args.file) if args.file else None,
         visible_files=[absolute(p) for p in args.visible],
         open_documents=[absolute(p) for p in args.open],
-        settings=AskSettings(threshold=args.threshold, snippet_count=args.snippets, budget_chars=args.budget, rerank=not args.no_rerank),
+        settings=AskSettings(threshold=args.threshold, snippet_count=args.snippets, budget_chars=args.budget, rerank=not args.no_rerank,
+                              deadline_ms=args.deadline),
         include_team=not args.no_team,
     )
 
@@ -835,9 +836,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from daemons.lib.config import question_settings_problem
 
     settings = _settings(args)
-    name, problem = question_settings_problem(args.threshold, args.snippets, args.budget)
+    name, problem = question_settings_problem(args.threshold, args.snippets, args.budget, args.deadline)
     if problem:
-        flag = {"rerank_threshold": "--threshold", "snippet_count": "--snippets", "budget_chars": "--budget"}[name]
+        flag = {"rerank_threshold": "--threshold", "snippet_count": "--snippets", "budget_chars": "--budget",
+                "question_deadline_ms": "--deadline"}[name]
         raise CLIError(f"{flag}: {problem}")
     if args.question == "-":  # a long issue text: an argument that size fails with "Argument list too long"
         args.question = sys.stdin.read()
@@ -1025,6 +1027,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--snippets", type=int, default=None, help="snippet count for this question")
     sp.add_argument("--budget", type=int, default=None, help="character budget for this question")
     sp.add_argument("--no-rerank", action="store_true", default=False, help="skip the cross-encoder (fused order)")
+    sp.add_argument("--deadline", type=int, default=None, metavar="MS",
+                    help="time budget for this question in ms (0: none; default: question_deadline_ms)")
     sp.add_argument("--no-team", action="store_true", default=False, help="do not ask the team index")
     sp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
     sp.add_argument("--json", action="store_true", default=False, help="print the AskReply as JSON")

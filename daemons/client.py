@@ -77,6 +77,7 @@ class WorkspaceClient:
         *,
         include_team: bool = True,
         rerank: bool = True,
+        deadline_ms: int | None = None,
         timeout_ms: int | None = None,
     ) -> AskReply:
         """Ask one question; return the ``AskReply`` (blocks, prompt, context line, stages).
@@ -85,7 +86,8 @@ class WorkspaceClient:
         folder is made absolute here); when it is None the front picks it from the active file
         (or the only registered workspace). File fields are absolute or workspace-relative paths;
         ``buffers`` maps a path to the editor's unsaved text of that file. ``threshold``,
-        ``snippet_count`` and ``budget_chars`` override the front's settings for this question.
+        ``snippet_count`` and ``budget_chars`` override the front's settings for this question, and
+        ``deadline_ms`` its time budget (0: none): a stage that cannot finish in it is skipped and named.
         """
         request = AskRequest(
             question=question,
@@ -95,7 +97,8 @@ class WorkspaceClient:
             visible_files=list(visible_files),
             open_documents=list(open_documents),
             buffers=dict(buffers or {}),
-            settings=AskSettings(threshold=threshold, snippet_count=snippet_count, budget_chars=budget_chars, rerank=rerank),
+            settings=AskSettings(threshold=threshold, snippet_count=snippet_count, budget_chars=budget_chars, rerank=rerank,
+                                  deadline_ms=deadline_ms),
             include_team=include_team,
         )
         reply = self._front.request(request, timeout_ms=timeout_ms or self.timeout_ms)

@@ -209,6 +209,9 @@ class RerankRequest(Body, kw_only=True):
 
     query: str
     passages: list[str]
+    # the most the asker will wait, in ms from the broker's receipt; None: reranker_timeout_ms.
+    # Work the broker's queue could not finish by then is refused at once with `timeout`.
+    deadline_ms: int | None = None
 
 
 class RerankReply(Body, kw_only=True):
@@ -217,6 +220,8 @@ class RerankReply(Body, kw_only=True):
     model_id: str = ""
     workers: int = 0
     timings_ms: dict[str, float] = {}
+    # how many of the scores came from the broker's pair cache (not scored again)
+    cached: int = 0
 
 
 class AskSettings(Body, kw_only=True):
@@ -224,6 +229,8 @@ class AskSettings(Body, kw_only=True):
     snippet_count: int | None = None
     budget_chars: int | None = None
     rerank: bool = True
+    # this question's time budget in ms (0: none); None: the front's question_deadline_ms
+    deadline_ms: int | None = None
 
 
 class AskRequest(Body, kw_only=True):

@@ -514,6 +514,52 @@ def test_small_budget_skips_blocks_that_do_not_fit(stack):
 # --------------------------------------------------------------------------- degraded modes
 
 
+@pytest.mark.timeout(120)
+def test_a_deadline_with_no_time_left_answers_in_fused_order_and_says_why(stack):
+    """A 1 ms budget is spent before the rerank: the answer comes in the fused order, unwidened, and the context line names the deadline."""
+    from daemons.lib import deadline
+
+    reply = stack.ask("how is the config file parsed?", deadline_ms=1)
+    assert deadline.SKIPPED_RERANK in reply.degraded and deadline.SKIPPED_WIDEN in reply.degraded
+    assert "question deadline" in reply.context_line
+    assert code_blocks(reply) and all(b.probability is None for b in code_blocks(reply))
+    assert next(s for s in reply.stages if s.name == "rerank").detail["skipped"] == "question deadline"
+    with pytest.raises(BadMessage, match="question_deadline_ms must be at least 0"):
+        stack.ask("how is the config file parsed?", deadline_ms=-5)
+
+
+@pytest.mark.timeout(300)
+def test_a_reranker_too_busy_for_the_deadline_is_not_waited_for(stack):
+    """When the reranker's queue cannot meet what is left of a 1.2 s budget, the broker refuses at once and the answer comes in the fused order, named."""
+    needs_reranker_model()
+    from daemons.lib import deadline
+
+    stack.restart("reranker", WSCTX_FAULT_WORKER_SCORE_DELAY_MS="2000", WSCTX_RERANKER_POOL_SIZE="1")
+    try:
+        warm = stack.ask("which class holds the server configuration?")  # no deadline: teaches the broker its rate
+        assert not warm.degraded, warm.degraded
+        t0 = time.monotonic()
+        reply = stack.ask("where are expired tokens removed?", deadline_ms=1200)
+        elapsed = time.monotonic() - t0
+        assert deadline.REFUSED_RERANK in reply.degraded, reply.degraded
+        assert "reranker busy" in reply.context_line
+        assert elapsed < 1.2, elapsed
+        assert code_blocks(reply)
+    finally:
+        stack.restart("reranker")
+
+
+@pytest.mark.timeout(120)
+def test_a_repeated_question_is_reranked_from_the_pair_cache(stack):
+    """Asked twice, the second answer's rerank stage reports every pair from the cache and the same probabilities."""
+    needs_reranker_model()
+    first = stack.ask("how are line items totalled on an invoice?")
+    again = stack.ask("how are line items totalled on an invoice?")
+    rerank = next(s for s in again.stages if s.name == "rerank")
+    assert rerank.detail["cached"] == rerank.detail["reranked"] > 0
+    assert [(b.label, b.probability) for b in code_blocks(again)] == [(b.label, b.probability) for b in code_blocks(first)]
+
+
 @pytest.mark.timeout(300)
 def test_embedder_stopped_answers_with_keywords_only(stack):
     """With the embedder stopped the answer still comes within the deadline, saying only keywords were matched."""

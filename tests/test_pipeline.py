@@ -413,3 +413,38 @@ def test_a_workspace_folder_deleted_and_made_again_is_watched_again(pipeline, en
     (root / "third.py").write_text(py_module(4))
     wait_synced(d, root, 60)
     assert indexed_paths(d, root) == {"second.py", "third.py"}
+
+
+def thread_nice_values(pid: int) -> dict[int, int]:
+    """``{thread id: nice value}`` of a running process, from /proc."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended while being read
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_indexing_runs_below_questions_and_the_query_embedding_does_not(pipeline):
+    """With index_nice 10 the chunker and the embedder's indexing thread run at nice 10 while the embedder still has normal-priority threads (query, control) that embed a question."""
+    from protocol.schema import EmbedQueryRequest
+
+    d, root, wid = pipeline
+    make_batch(root, 5)
+    d.start()
+    wait_synced(d, root)
+    chunker = thread_nice_values(d.pid("chunker"))
+    assert chunker[d.pid("chunker")] == 10
+    embedder = thread_nice_values(d.pid("embedder"))
+    assert embedder[d.pid("embedder")] == 10  # the indexing loop
+    assert 0 in embedder.values(), embedder  # the query and control threads started before it lowered itself
+    from daemons.lib import runtime
+
+    client = runtime.Client(d.endpoint("embedder.query"), sender="test")
+    try:
+        reply = client.request(EmbedQueryRequest(text="where is the retry logic?"), timeout_ms=10000)
+    finally:
+        client.close()
+    assert reply.body.dim == len(reply.blobs[0]) // 4 > 0

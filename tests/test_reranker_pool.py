@@ -140,7 +140,7 @@ def test_scores_in_order_match_in_process_and_pool_size_respected(make_pool, mod
     """Twelve passages come back scored in order, equal to in-process scoring, split over the two workers a pool size of 2 allows."""
     from models.cross_encoder import load_cross_encoder
 
-    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="2")
+    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="2", WSCTX_RERANK_CACHE_PAIRS="0")  # the warm call is scored again
     passages = _passages()
     t0 = time.perf_counter()
     cold = pool.rerank(passages)
@@ -209,7 +209,7 @@ def test_hung_worker_dropped_after_missed_heartbeats(make_pool):
 @pytest.mark.timeout(120)
 def test_idle_pool_shrinks_to_zero_and_restarts(make_pool):
     """With reranker_idle_s=2 the workers exit, status shows none and their pids are gone, and the next request starts workers again."""
-    pool = make_pool(WSCTX_RERANKER_IDLE_S="2", WSCTX_RERANKER_POOL_SIZE="1")
+    pool = make_pool(WSCTX_RERANKER_IDLE_S="2", WSCTX_RERANKER_POOL_SIZE="1", WSCTX_RERANK_CACHE_PAIRS="0")
     assert len(pool.rerank(_passages(4)).scores) == 4
     pids = pool.status()["worker_pids"]
     assert pids
@@ -250,7 +250,7 @@ def test_a_forged_worker_frame_is_dropped_and_the_broker_stays_up(make_pool):
 
     from daemons.reranker import frames as F
 
-    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="1", WSCTX_RERANKER_IDLE_S="1", WSCTX_HEARTBEAT_S="0.3")
+    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="1", WSCTX_RERANKER_IDLE_S="1", WSCTX_HEARTBEAT_S="0.3", WSCTX_RERANK_CACHE_PAIRS="0")
     ctx = zmq.Context.instance()
     forger = ctx.socket(zmq.DEALER)
     forger.setsockopt(zmq.ROUTING_ID, b"w2")  # the id the broker gives its second worker
@@ -285,3 +285,52 @@ def _try_rerank(pool: Pool) -> object:
         return pool.rerank(_passages(2), timeout_ms=90000)
     except Exception as exc:  # noqa: BLE001 - the outcome is only recorded
         return exc
+
+
+@pytest.mark.timeout(120)
+def test_a_repeated_question_is_answered_from_the_pair_cache(make_pool, model_dir):
+    """Asked again, every pair comes from the cache with no worker; an edited passage alone is scored again, equal to in-process scoring."""
+    from models.cross_encoder import load_cross_encoder
+
+    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="1")
+    passages = _passages(6)
+    first = pool.rerank(passages)
+    assert first.cached == 0 and first.workers == 1
+    again = pool.rerank(passages)
+    assert again.cached == 6 and again.workers == 0 and again.scores == first.scores
+    edited = list(passages)
+    edited[2] = edited[2].replace("dispatch", "route")
+    third = pool.rerank(edited)
+    assert third.cached == 5 and third.workers == 1
+    expected = load_cross_encoder(model_dir, threads=1).score(QUERY, edited)
+    assert third.scores == pytest.approx(expected, abs=1e-4)
+    other = pool.rerank(passages, query="where are worker heartbeats sent?")
+    assert other.cached == 0  # the question is part of the key
+    cache = pool.status()["cache"]
+    assert cache["pairs"] == 6 + 1 + 6 and cache["hits"] == 6 + 5
+
+
+@pytest.mark.timeout(120)
+def test_a_deadline_the_queue_cannot_meet_is_refused_at_once(make_pool):
+    """With the only worker busy for a second, a request whose deadline is 300 ms gets `timeout` (busy) at once, and one with room is scored."""
+    import threading
+
+    from protocol.errors import Timeout
+
+    pool = make_pool(WSCTX_FAULT_WORKER_SCORE_DELAY_MS="1000", WSCTX_RERANKER_POOL_SIZE="1")
+    pool.rerank(_passages(2), query="warm the pool and measure its rate")
+    assert pool.status()["ms_per_kchar"] > 0
+    busy = runtime.Client(pool.settings.endpoint("reranker"), sender="test-busy")
+    background = threading.Thread(target=lambda: busy.request(RerankRequest(query="keeps the worker busy", passages=_passages(2)), timeout_ms=30000))
+    background.start()
+    pool.wait_status(lambda st: any(w["busy"] for w in st["workers"]), timeout_s=10)
+    t0 = time.monotonic()
+    with pytest.raises(Timeout, match="busy"):
+        pool.client.request(RerankRequest(query=QUERY, passages=_passages(2), deadline_ms=300), timeout_ms=5000)
+    assert time.monotonic() - t0 < 0.25  # answered at once, not at the deadline
+    reply = pool.client.request(RerankRequest(query=QUERY, passages=_passages(2), deadline_ms=20000), timeout_ms=30000).body
+    assert len(reply.scores) == 2
+    background.join(30)
+    busy.close()
+    counters = runtime.control_request(pool.settings.control_endpoint("reranker"), StatusRequest()).body.counters
+    assert counters["requests.refused_busy"] == 1

@@ -118,6 +118,7 @@ class Chunker:
         self.push.connect(self.s.endpoint("embedder.in"))
         control = runtime.ControlServer(self.ctx, self.s.control_endpoint("chunker"), "chunker", self.log, self.stats, self.stop)
         control.start()
+        runtime.lower_priority(self.s.index_nice, self.log)  # after the control thread: status stays quick
         runtime.ask_watcher_to_reconcile(self.s, self.log, self.stop, "chunker")
         self.log.info("started")
         poller = zmq.Poller()

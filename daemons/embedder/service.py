@@ -3,7 +3,8 @@
 Input (PULL ``embedder.in``): ``chunks.batch`` and ``file.deleted`` from the chunker. Each batch
 is windowed, given keyword text, embedded, and replaces the file's rows in one commit; a batch
 whose hash the table already holds costs nothing. ``embed_query_request`` is answered on the
-ROUTER ``embedder.query`` by its own thread, so a question never waits behind indexing.
+ROUTER ``embedder.query`` by its own thread with its own one-thread model session, so a question
+never waits behind indexing; indexing runs ``index_nice`` steps below it for the CPU.
 A table built with other settings or another model is left alone and reported as
 "rebuild needed" until ``rebuild_request`` drops it.
 """
@@ -51,7 +52,8 @@ class Embedder:
         self.indexes: dict[str, WorkspaceIndex] = {}
         self.vector_index_builds: dict[str, threading.Thread] = {}
         self.lock = threading.RLock()
-        self.model = None
+        self.model = None  # indexing (embed_threads, at the lowered priority)
+        self.query_model = None  # questions (one thread, normal priority)
         self.model_error = ""
         self.chunker_problem = ""
         self.queue_depth = 0
@@ -216,12 +218,13 @@ class Embedder:
     # ------------------------------------------------------------------ queries
 
     def _embed_query(self, msg: envelope.Message) -> tuple[EmbedQueryReply, list[bytes]]:
-        if self.model is None:
+        model = self.query_model
+        if model is None:
             raise Unavailable(f"embedding model not loaded: {self.model_error}")
         if FAULT_QUERY_DELAY_MS:
             time.sleep(FAULT_QUERY_DELAY_MS / 1000)
-        vec = np.ascontiguousarray(self.model.embed_query(msg.body.text), dtype=np.float32)
-        return EmbedQueryReply(model_id=self.model.model_id, dim=int(vec.shape[0])), [vec.tobytes()]
+        vec = np.ascontiguousarray(model.embed_query(msg.body.text), dtype=np.float32)
+        return EmbedQueryReply(model_id=model.model_id, dim=int(vec.shape[0])), [vec.tobytes()]
 
     def _query_loop(self) -> None:
         sock = runtime.make_socket(self.ctx, zmq.ROUTER)
@@ -270,9 +273,9 @@ class Embedder:
         runtime.prepare_runtime_dir(self.s.runtime_dir)
         runtime.install_signal_handlers(self.stop, self.log)
         try:
-            t0 = time.perf_counter()
-            self.model = load_embedder(self.s.embedder_model, threads=self.s.embed_threads or None)
-            self.log.info("model_loaded", model=self.model.model_id, dim=self.model.dim, ms=round((time.perf_counter() - t0) * 1000, 1))
+            # loaded before the priority is lowered: a one-thread session has no pool of its own,
+            # and the query thread that runs it starts below at normal priority
+            self.query_model = load_embedder(self.s.embedder_model, threads=1)
         except ModelUnavailable as exc:
             self.model_error = str(exc)
             self.log.error("model_unavailable", error=self.model_error)
@@ -283,6 +286,15 @@ class Embedder:
         control.start()
         query_thread = threading.Thread(target=self._query_loop, name="embed-query", daemon=True)
         query_thread.start()
+        runtime.lower_priority(self.s.index_nice, self.log)
+        if self.query_model is not None:
+            try:
+                t0 = time.perf_counter()
+                self.model = load_embedder(self.s.embedder_model, threads=self.s.embed_threads or None)
+                self.log.info("model_loaded", model=self.model.model_id, dim=self.model.dim, ms=round((time.perf_counter() - t0) * 1000, 1))
+            except ModelUnavailable as exc:
+                self.model_error = str(exc)
+                self.log.error("model_unavailable", error=self.model_error)
         if self.model is not None:
             for wid, root in self.registry.load().items():
                 self.index_for(wid, root)

@@ -1,5 +1,10 @@
 """The front: the only socket editors see. It turns an ``ask_request`` into labelled context.
 
+Every question has a time budget (``question_deadline_ms``, or its own ``settings.deadline_ms``)
+counted from its receipt: the embedding gets a share of it, the reranker what is left (and refuses
+at once what its queue cannot meet), widening and the team fronts are skipped when it is spent,
+and each skip is named in ``degraded`` and the context line (``daemons.lib.deadline``).
+
 Steps (each timed in ``AskReply.stages``): follow-up rule and focus files -> searcher (fused top
 12) and, at the same time, the team fronts -> reranker (probabilities; fused order if it is
 unavailable) -> threshold and near misses -> widening (from the editor's buffer when sent) ->
@@ -17,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from daemons.lib import assembly, runtime
+from daemons.lib import assembly, deadline, runtime
 from daemons.lib.assembly import Hit
 from daemons.lib.chunking import language_for_path
 from daemons.lib.config import Settings, load_settings, question_settings_problem
@@ -34,7 +39,7 @@ from daemons.lib.widening import lines_text, split_lines, widen
 from daemons.lib.workspaces import Registry, index_dir, safe_relpath
 from models.cross_encoder import rerank_passage
 from protocol import envelope
-from protocol.errors import BadMessage, ProtocolError
+from protocol.errors import BadMessage, ErrorCode, ProtocolError
 from protocol.schema import (
     AskReply,
     AskRequest,
@@ -54,6 +59,9 @@ MAX_BUFFERS_CHARS = 8_000_000
 #: work, so that the reply (which repeats the question in ``searched_query`` and ``prompt``) stays
 #: far under the message cap.
 MAX_QUESTION_CHARS = 100_000
+#: Threads answering questions: they mostly wait on the searcher and the reranker, and a question
+#: waiting for a thread is already spending its budget.
+FRONT_THREADS = 16
 
 
 class Front:
@@ -101,6 +109,8 @@ class Front:
     def ask(self, msg: envelope.Message) -> AskReply:
         req: AskRequest = msg.body
         t_start = time.perf_counter()
+        now = time.monotonic()
+        received = runtime.received_at() or now
         stages: list[Stage] = []
 
         def stage(name: str, t0: float, **detail: Any) -> None:
@@ -112,6 +122,12 @@ class Front:
             raise BadMessage("empty question")
         if sum(len(v) for v in req.buffers.values()) > MAX_BUFFERS_CHARS:
             raise BadMessage(f"buffers exceed {MAX_BUFFERS_CHARS} characters")
+        _, problem = question_settings_problem(req.settings.threshold, req.settings.snippet_count, req.settings.budget_chars,
+                                               req.settings.deadline_ms)
+        if problem:
+            raise BadMessage(problem)
+        budget = deadline.Budget(req.settings.deadline_ms if req.settings.deadline_ms is not None else self.s.question_deadline_ms,
+                                 started=received)
         t0 = time.perf_counter()
         wid, root = self._resolve(req)
         # Every field that names a file must stay inside the workspace.
@@ -122,12 +138,10 @@ class Front:
         searched, follow_up = self.conversations.effective_question(req.conversation_id, req.question)
         focus = focus_files(active, visible, self.conversations.previous_files(req.conversation_id), open_docs, limit=self.s.focus_files)
         qplan = plan_for(searched, self.s)
-        stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus,
+        stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus, deadline_ms=budget.total_ms,
+              queued_ms=round((now - received) * 1000, 2),
               **({"question": qplan.analysis.account()} if qplan.analysis is not None else {}))
 
-        _, problem = question_settings_problem(req.settings.threshold, req.settings.snippet_count, req.settings.budget_chars)
-        if problem:
-            raise BadMessage(problem)
         threshold = req.settings.threshold if req.settings.threshold is not None else self.s.rerank_threshold
         snippets = req.settings.snippet_count if req.settings.snippet_count is not None else self.s.snippet_count
         budget_chars = req.settings.budget_chars if req.settings.budget_chars is not None else self.s.budget_chars
@@ -146,7 +160,7 @@ class Front:
                 SearchRequest(
                     workspace=wid, question=searched, focus_paths=focus, vector_k=self.s.vector_k,
                     keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top,
-                    embed_timeout_ms=self.s.embed_timeout_ms,
+                    embed_timeout_ms=budget.embed_timeout_ms(self.s.embed_timeout_ms),
                 ),
                 timeout_ms=self.s.embed_timeout_ms + 5000,
             )
@@ -164,16 +178,25 @@ class Front:
         t0 = time.perf_counter()
         probs: list[float] | None = None
         rerank_detail: dict[str, Any] = {}
-        if candidates and req.settings.rerank:
+        rerank_ms = budget.rerank_ms()
+        if candidates and req.settings.rerank and rerank_ms == 0:
+            degraded.append(deadline.SKIPPED_RERANK)
+            rerank_detail = {"skipped": "question deadline", "left_ms": round(budget.left_ms() or 0.0, 1)}
+        elif candidates and req.settings.rerank:
             try:
                 rr = self._client("reranker", self.s.endpoint("reranker")).request(
-                    RerankRequest(query=qplan.rerank_query, passages=[rerank_passage(c.path, c.text) for c in candidates]),
-                    timeout_ms=self.s.reranker_timeout_ms + 1000,
+                    RerankRequest(query=qplan.rerank_query, passages=[rerank_passage(c.path, c.text) for c in candidates],
+                                  deadline_ms=rerank_ms),
+                    timeout_ms=(self.s.reranker_timeout_ms if rerank_ms is None else min(self.s.reranker_timeout_ms, rerank_ms)) + 1000,
                 ).body
                 probs = list(rr.scores)
-                rerank_detail = {"model_id": rr.model_id, "workers": rr.workers, "timings_ms": rr.timings_ms}
+                rerank_detail = {"model_id": rr.model_id, "workers": rr.workers, "cached": rr.cached, "timings_ms": rr.timings_ms,
+                                 **({"deadline_ms": rerank_ms} if rerank_ms is not None else {})}
             except ProtocolError as exc:
-                degraded.append(assembly.DEGRADED_FUSED_ORDER)
+                if rerank_ms is not None and exc.code == ErrorCode.TIMEOUT:
+                    degraded.append(deadline.REFUSED_RERANK if exc.message.startswith(deadline.BUSY_PREFIX) else deadline.LATE_RERANK)
+                else:
+                    degraded.append(assembly.DEGRADED_FUSED_ORDER)
                 rerank_detail = {"error": exc.code.value, "message": exc.message}
         elif candidates:
             degraded.append("fused order (reranking switched off)")
@@ -197,8 +220,11 @@ class Front:
         file_texts: dict[str, str] = {}
         languages: dict[str, str | None] = {}
         hits: list[Hit] = []
+        widen_files = not budget.spent()
+        if kept and not widen_files:
+            degraded.append(deadline.SKIPPED_WIDEN)
         for cand, score in kept:
-            text = self._file_text(root, cand.path, buffers, file_texts)
+            text = self._file_text(root, cand.path, buffers, file_texts) if widen_files else None
             language = language_for_path(cand.path)
             languages[cand.path] = language
             start, end = cand.start_line, cand.end_line
@@ -217,10 +243,13 @@ class Front:
         t0 = time.perf_counter()
         team_hits: list[Hit] = []
         for spec, fut in team_futures:
+            left = budget.left_ms(deadline.RESERVE_MS)
             try:
-                team_hits += fut.result(timeout=self.s.team_timeout_ms / 1000)
+                wait_ms = self.s.team_timeout_ms if left is None else max(0.0, min(self.s.team_timeout_ms, left))
+                team_hits += fut.result(timeout=wait_ms / 1000)
             except Exception as exc:  # noqa: BLE001 - a team index that fails only loses its hits
-                degraded.append(f"team index {spec.split('#')[0]} unavailable")
+                late = left is not None and left < self.s.team_timeout_ms
+                degraded.append(f"team index {spec.split('#')[0]} " + ("not back in time (question deadline)" if late else "unavailable"))
                 self.log.warning("team_failed", team=spec, error=str(exc))
         if team_futures:
             stage("team", t0, hits=len(team_hits))
@@ -339,7 +368,7 @@ class Front:
             t.start()
             threads.append(t)
         self.log.info("started", tcp=self.s.front_tcp or None)
-        runtime.serve_threaded(self.ctx, sock, handlers, self.log, "front", self.stats, self.stop, workers=4)
+        runtime.serve_threaded(self.ctx, sock, handlers, self.log, "front", self.stats, self.stop, workers=FRONT_THREADS)
         for t in threads:
             t.join(timeout=2)
         if authenticator is not None:

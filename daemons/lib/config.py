@@ -64,6 +64,9 @@ class Settings:
     # embedder
     embed_batch: int = 16
     embed_threads: int = 0  # 0: onnxruntime's default (all cores)
+    # the nice value indexing runs at (chunker, the embedder's indexing threads), so that questions
+    # get the cores first while files are indexed; 0: same priority as questions
+    index_nice: int = 10
     optimize_every: int = 50  # table writes between compactions / FTS folds
     # searching
     vector_k: int = 20
@@ -115,6 +118,11 @@ class Settings:
     reranker_timeout_ms: int = 8000
     reranker_dir: str = ""
     heartbeat_s: float = 1.0
+    # (question, chunk) scores the broker remembers, so a repeated question costs no rerank (0: none)
+    rerank_cache_pairs: int = 50_000
+    # a question's time budget in ms from the front's receipt: a stage that cannot finish in what
+    # is left is skipped and named (deadline.py); 0: no deadline (SPEC: wait up to the timeouts)
+    question_deadline_ms: int = 2000
     # context assembly
     widen_max_chars: int = 3000
     imports_max_chars: int = 1200
@@ -176,7 +184,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "embed_threads": (0, None), "optimize_every": (1, None), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
     "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
-    "team_timeout_ms": (1, None), "keyword_max_terms": (0, None), "dense_windows": (1, None), "rerank_query_chars": (1, None),
+    "team_timeout_ms": (1, None), "index_nice": (0, 19), "rerank_cache_pairs": (0, None), "question_deadline_ms": (0, None),
+    "keyword_max_terms": (0, None), "dense_windows": (1, None), "rerank_query_chars": (1, None),
     **{f"list_weight_{name}": (0.0, None) for name in LIST_WEIGHTS},
 }
 
@@ -191,10 +200,12 @@ def check_range(name: str, value: float) -> str:
     return ""
 
 
-def question_settings_problem(threshold: float | None, snippet_count: int | None, budget_chars: int | None) -> tuple[str, str]:
+def question_settings_problem(threshold: float | None, snippet_count: int | None, budget_chars: int | None,
+                              deadline_ms: int | None = None) -> tuple[str, str]:
     """``(setting, why)`` for the first out-of-range value a single question sets for itself
-    (``wsctx ask --threshold/--snippets/--budget``, a request's settings), ``("", "")`` if none."""
-    for name, value in (("rerank_threshold", threshold), ("snippet_count", snippet_count), ("budget_chars", budget_chars)):
+    (``wsctx ask --threshold/--snippets/--budget/--deadline``, a request's settings), ``("", "")`` if none."""
+    for name, value in (("rerank_threshold", threshold), ("snippet_count", snippet_count), ("budget_chars", budget_chars),
+                        ("question_deadline_ms", deadline_ms)):
         problem = check_range(name, value) if value is not None else ""
         if problem:
             return name, problem

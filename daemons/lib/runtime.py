@@ -100,12 +100,41 @@ def error_reply(exc: BaseException) -> ErrorReply:
     return ErrorReply(code="internal", message=f"{type(exc).__name__}: {exc}")
 
 
+_request = threading.local()
+
+
+def lower_priority(nice: int, log: Any) -> None:
+    """Make the calling thread *nice* steps less urgent for the CPU (0: unchanged).
+
+    On Linux the nice value belongs to a thread, and threads started afterwards (onnxruntime's
+    pool of a session made afterwards included) inherit it; threads already running keep theirs.
+    So an indexing daemon starts its control and query threads first, then lowers itself.
+    """
+    if nice <= 0:
+        return
+    try:
+        now = os.nice(nice)
+    except OSError as exc:  # not allowed here: indexing just competes at the same priority
+        log.warning("priority_unchanged", nice=nice, error=str(exc))
+        return
+    log.info("priority_lowered", nice=now)
+
+
+def received_at() -> float | None:
+    """When ``serve_threaded`` received the request this thread is handling (``time.monotonic()``),
+    so a deadline counts the time it waited for a free thread; None outside such a request."""
+    return getattr(_request, "received", None)
+
+
 def answer(frames: list[bytes], handlers: dict[str, Handler], log: Any, sender: str, stats: Stats | None = None) -> list[bytes]:
     """Decode one request, dispatch it, and return the reply frames; never raises for bad input.
 
-    Logs the canonical line of the request: type, status, id, duration and the handler's timings.
+    Logs the canonical line of the request: type, status, id, duration (and the time it queued
+    for a thread, when served by ``serve_threaded``) and the handler's timings.
     """
     started = time.perf_counter()
+    received = received_at()
+    queued_ms = round((time.monotonic() - received) * 1000, 2) if received is not None else None
     header = None
     routing: list[bytes] = []
     msg_type = "?"
@@ -137,6 +166,7 @@ def answer(frames: list[bytes], handlers: dict[str, Handler], log: Any, sender: 
         status=status,
         msg_id=header.msg_id if header else None,
         ms=round((time.perf_counter() - started) * 1000, 2),
+        **({"queued_ms": queued_ms} if queued_ms is not None else {}),
         **({"timings_ms": timings} if timings else {}),
         **({"error": body.message} if isinstance(body, ErrorReply) else {}),
     )
@@ -168,8 +198,12 @@ def serve_threaded(
     pull.bind(inproc)
     local = threading.local()
 
-    def work(frames: list[bytes]) -> None:
-        reply = answer(frames, handlers, log, sender, stats)
+    def work(frames: list[bytes], received: float) -> None:
+        _request.received = received
+        try:
+            reply = answer(frames, handlers, log, sender, stats)
+        finally:
+            _request.received = None
         if not hasattr(local, "push"):
             local.push = ctx.socket(zmq.PUSH)
             local.push.setsockopt(zmq.LINGER, 1000)
@@ -201,7 +235,7 @@ def serve_threaded(
                 except zmq.Again:
                     break
                 in_flight += 1
-                pool.submit(work, frames)
+                pool.submit(work, frames, time.monotonic())
     pool.shutdown(wait=True)
     pull.close(0)
 

@@ -18,7 +18,14 @@ for the workers (Paranoid Pirate queue, ZeroMQ guide ch. 4; internal frames docu
 - A worker that cannot load the model says FAIL with the reason: when no live worker remains, the
   waiting requests get ``unavailable`` with that reason at once, and for ``FAIL_BACKOFF_S`` new
   requests get the same answer without a spawn.
-- Work not done by ``reranker_timeout_ms`` after arrival is answered ``timeout``.
+- Pairs the same model has scored before come from a bounded pair cache (``rerank_cache_pairs``,
+  ``daemons.lib.scorecache``): only the rest is split and sent to workers, and a request whose
+  every pair is cached is answered at once. Scores that come back after their request was answered
+  are still cached.
+- Work not done by ``reranker_timeout_ms`` after arrival, or by the request's own ``deadline_ms``
+  when that is sooner, is answered ``timeout``. A request with a ``deadline_ms`` that the queue
+  (characters waiting and in flight at the workers' measured rate, ``daemons.lib.deadline``) would
+  finish later than that is answered ``timeout`` at once, so the asker can use the fused order.
 - SIGTERM / ``shutdown_request``: new requests get ``unavailable``, held ones may finish for up to
   ``DRAIN_S``, workers are told STOP, stragglers terminated then killed, every child reaped.
 """
@@ -38,7 +45,9 @@ import zmq
 
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
+from daemons.lib.deadline import BUSY_PREFIX, ScoringRate
 from daemons.lib.log import configure
+from daemons.lib.scorecache import ScoreCache, pair_key
 from daemons.reranker import frames as F
 from protocol import envelope
 from protocol.envelope import DecodeError, Header, VersionError
@@ -121,10 +130,19 @@ class Request:
     score_ms: float = 0.0
     model_id: str = ""
     cold: bool = False
+    #: positions in ``passages`` still to be scored (the rest came from the cache); parts slice this
+    todo: list[int] = field(default_factory=list)
+    cached: int = 0
 
     @property
     def msg_id(self) -> str:
         return self.header.msg_id
+
+    def part_passages(self, part: "Part") -> list[str]:
+        return [self.passages[i] for i in self.todo[part.start : part.end]]
+
+    def todo_chars(self) -> int:
+        return sum(len(self.passages[i]) for i in self.todo)
 
 
 class Broker:
@@ -149,6 +167,8 @@ class Broker:
         self.served = 0
         self.next_hb = 0.0
         self._status: dict[str, Any] = {}
+        self.cache = ScoreCache(max(0, int(settings.rerank_cache_pairs)))
+        self.rate = ScoringRate()
         self.frontend = runtime.make_socket(self.ctx, zmq.ROUTER)
         self.backend = runtime.make_socket(self.ctx, zmq.ROUTER)
         self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -259,6 +279,7 @@ class Broker:
             w.model_id = self.model_id = str(info.get("model_id", ""))
             self.model_error, self.fail_until = "", 0.0
             self.idle.append(ident)
+            self.rate.observe_startup((now - w.started) * 1000)
             self.log.info("worker_ready", worker=ident.decode(), worker_pid=w.pid, load_ms=info.get("load_ms"), startup_ms=round((now - w.started) * 1000, 1))
         elif cmd == F.FAIL:
             self.workers.pop(ident, None)
@@ -275,15 +296,21 @@ class Broker:
             self.idle.append(ident)
             part.done = True
             req = part.req
+            positions = req.todo[part.start : part.end]
+            if cmd == F.RESULT and len(scores) == len(positions):
+                self.rate.observe(score_ms, sum(len(req.passages[i]) for i in positions))
+                for i, score in zip(positions, scores):  # kept even when the request was answered already
+                    self.cache.put(pair_key(w.model_id, req.query, req.passages[i]), score)
             if req.msg_id not in self.active:
                 return  # answered already (timeout)
             if cmd == F.ERROR:
                 self.finish_error(req, "internal", f"scoring failed: {body.get('message', '')}")
                 return
-            if len(scores) != part.end - part.start:
-                self.finish_error(req, "internal", f"worker returned {len(scores)} scores for {part.end - part.start} passages")
+            if len(scores) != len(positions):
+                self.finish_error(req, "internal", f"worker returned {len(scores)} scores for {len(positions)} passages")
                 return
-            req.scores[part.start : part.end] = scores
+            for i, score in zip(positions, scores):
+                req.scores[i] = score
             req.workers_used.add(ident)
             req.score_ms = max(req.score_ms, score_ms)
             req.model_id = w.model_id
@@ -339,7 +366,7 @@ class Broker:
         self.stats.incr(f"requests.rerank_request.{status}")
         self.log.info(
             "request", msg_type="rerank_request", status=status, msg_id=req.msg_id, passages=len(req.passages),
-            chars=sum(map(len, req.passages)), parts=len(req.parts), workers=len(req.workers_used), cold=req.cold,
+            chars=sum(map(len, req.passages)), cached=req.cached, parts=len(req.parts), workers=len(req.workers_used), cold=req.cold,
             ms=round((time.monotonic() - req.arrived) * 1000, 2), **extra,
         )
 
@@ -351,7 +378,8 @@ class Broker:
             "score": round(req.score_ms, 2),
             "total": round((now - req.arrived) * 1000, 2),
         }
-        self.reply(req.routing, req.header, RerankReply(scores=[float(s) for s in req.scores], model_id=req.model_id, workers=len(req.workers_used), timings_ms=timings))
+        self.reply(req.routing, req.header, RerankReply(scores=[float(s) for s in req.scores], model_id=req.model_id or self.model_id,
+                                                        workers=len(req.workers_used), timings_ms=timings, cached=req.cached))
         self.served += 1
         self._log(req, "ok", timings_ms=timings)
 
@@ -377,32 +405,60 @@ class Broker:
             self.log.warning("bad_message", error=exc.message)
             return
         body: RerankRequest = msg.body
+        limit_ms = self.s.reranker_timeout_ms if body.deadline_ms is None else min(self.s.reranker_timeout_ms, body.deadline_ms)
         req = Request(
             routing=msg.routing, header=msg.header, query=body.query, passages=list(body.passages), arrived=started,
-            deadline=started + self.s.reranker_timeout_ms / 1000, scores=[None] * len(body.passages),
+            deadline=started + limit_ms / 1000, scores=[None] * len(body.passages),
         )
+        self.active[req.msg_id] = req
         if self.stop.is_set():
-            self.active[req.msg_id] = req
             self.finish_error(req, "unavailable", "reranker is shutting down")
             return
-        if not req.passages:
-            self.active[req.msg_id] = req
+        self.from_cache(req)
+        if not req.todo:
             self.finish_ok(req)
             return
         if not self.workers and started < self.fail_until:
-            self.active[req.msg_id] = req
             self.finish_error(req, "unavailable", f"cross-encoder unavailable: {self.model_error}")
             return
+        if body.deadline_ms is not None:
+            finish_ms = self.queue_finish_ms(req)
+            if body.deadline_ms <= 0 or (finish_ms is not None and finish_ms > body.deadline_ms):
+                self.stats.incr("requests.refused_busy")
+                self.finish_error(req, "timeout", f"{BUSY_PREFIX}: the queue would finish this in about {finish_ms or 0:.0f} ms, "
+                                                  f"past its deadline of {body.deadline_ms} ms")
+                return
         req.cold = not self.idle
-        self.active[req.msg_id] = req
         self.waiting.append(req)
         self.ensure_workers()
+
+    def from_cache(self, req: Request) -> None:
+        """Fill the scores the cache holds for this model; the rest become ``req.todo``."""
+        if not (self.model_id and self.cache.capacity):
+            req.todo = list(range(len(req.passages)))
+            return
+        for i, passage in enumerate(req.passages):
+            score = self.cache.get(pair_key(self.model_id, req.query, passage))
+            if score is None:
+                req.todo.append(i)
+            else:
+                req.scores[i] = score
+                req.cached += 1
+
+    def queue_finish_ms(self, req: Request) -> float | None:
+        """When the pool would be done with *req* if queued now (None before any rate is known)."""
+        backlog = sum(r.todo_chars() for r in self.waiting)
+        backlog += sum(sum(len(p.req.passages[i]) for i in p.req.todo[p.start : p.end]) for p in self.pending)
+        backlog += sum(sum(len(w.job.req.passages[i]) for i in w.job.req.todo[w.job.start : w.job.end])
+                       for w in self.workers.values() if w.job is not None)
+        ready = sum(1 for w in self.workers.values() if w.ready)
+        return self.rate.finish_ms(backlog, req.todo_chars(), ready or self.pool_size, ready > 0)
 
     def dispatch(self, now: float) -> None:
         while self.idle and (self.pending or self.waiting):
             if not self.pending:
                 req = self.waiting.popleft()
-                slices = split_by_chars(req.passages, len(self.idle))
+                slices = split_by_chars([req.passages[i] for i in req.todo], len(self.idle))
                 req.parts = [Part(req=req, index=i, start=a, end=b) for i, (a, b) in enumerate(slices)]
                 req.first_dispatch = now
                 self.pending.extend(req.parts)
@@ -413,7 +469,7 @@ class Broker:
             ident = self.idle.pop(0)
             w = self.workers[ident]
             w.job, part.worker = part, ident
-            payload = F.pack({"query": part.req.query, "passages": part.req.passages[part.start : part.end]})
+            payload = F.pack({"query": part.req.query, "passages": part.req.part_passages(part)})
             if not self.send_worker(ident, F.PART, part.job_id, payload):
                 continue  # drop() put the part back
         self.ensure_workers()
@@ -446,6 +502,8 @@ class Broker:
             "retry_spawn_in_s": round(max(0.0, self.fail_until - now), 1),
             "requests_served": self.served,
             "requests_active": len(self.active),
+            "cache": {"pairs": len(self.cache), "capacity": self.cache.capacity, "hits": self.cache.hits, "misses": self.cache.misses},
+            "ms_per_kchar": round(self.rate.ms_per_char * 1000, 2) if self.rate.ms_per_char is not None else None,
         }
 
     # ------------------------------------------------------------------ loop

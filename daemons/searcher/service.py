@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -31,15 +32,41 @@ DEGRADED_EMBEDDER_SLOW = "keywords only (embedder too slow)"
 DEGRADED_REBUILD = "keywords only (index built with another model: rebuild needed)"
 
 
+#: Question vectors remembered (an editor asks again, an agent repeats itself, a follow-up reuses them).
+QUERY_VECTORS_KEPT = 512
+
+
 class QueryEmbedder:
-    """Embeds questions through the embedder daemon, with a deadline; one client per thread."""
+    """Embeds questions through the embedder daemon, with a deadline; one client per thread. The
+    last ``QUERY_VECTORS_KEPT`` vectors are kept by text, so a repeated question is not embedded again."""
 
     def __init__(self, endpoint: str, ctx: zmq.Context) -> None:
         self.endpoint, self.ctx = endpoint, ctx
         self.local = threading.local()
+        self.kept: OrderedDict[str, tuple[np.ndarray, str]] = OrderedDict()
+        self.kept_lock = threading.Lock()
+
+    def forget(self) -> None:
+        """Drop every kept vector (the embedder's model changed)."""
+        with self.kept_lock:
+            self.kept.clear()
 
     def embed(self, text: str, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
         """``(vector, model_id, problem)``; vector is None and problem set when it failed."""
+        with self.kept_lock:
+            hit = self.kept.get(text)
+            if hit is not None:
+                self.kept.move_to_end(text)
+                return hit[0], hit[1], ""
+        vec, model_id, problem = self._ask(text, timeout_ms)
+        if vec is not None:
+            with self.kept_lock:
+                self.kept[text] = (vec, model_id)
+                while len(self.kept) > QUERY_VECTORS_KEPT:
+                    self.kept.popitem(last=False)
+        return vec, model_id, problem
+
+    def _ask(self, text: str, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
         client = getattr(self.local, "client", None)
         if client is None:
             client = self.local.client = runtime.Client(self.endpoint, self.ctx, sender="searcher")
@@ -100,7 +127,10 @@ class Searcher:
         timings["embed"] = round((time.perf_counter() - t0) * 1000, 2)
         meta = store.meta
         if vector is not None and model_id != meta.get("model_id"):
-            vector, problem = None, DEGRADED_REBUILD
+            self.embedder.forget()  # a kept vector may be the old model's: ask once more
+            vector, model_id, problem = self.embed_plan(qplan, req.embed_timeout_ms)
+            if vector is not None and model_id != meta.get("model_id"):
+                vector, problem = None, DEGRADED_REBUILD
         degraded = [problem] if problem else []
         try:
             result = self._run(store, keyword_query, vector, req, qplan)
