@@ -2,14 +2,21 @@
 
 Brings the six daemons up under supervisord (the repository's supervisord.conf, rendered as
 ``wsctx up`` does) in a temp folder, indexes a copy of WORKSPACE (default: the unpacked requests
-sdist in /tmp/benchsrc/requests-2.32.3 when present, else a generated workspace), then runs
+requests 2.34.2 sdist of the bench cache, ``python -m bench.repos``, when present, else a generated workspace), then runs
 --clients client threads asking questions back to back for --seconds while --edit-files files
 are rewritten (one every seconds/edit_files s). A client that finds the front silent or down
 tries again (Lazy Pirate); an error reply, or no answer within 90 s, is an error. Degraded
 answers (keywords only, fused order, index still building) are counted separately.
 Prints throughput, p50/p95/p99 latency, errors and degraded answers; writes bench/results/load.json.
 
+``--compare`` runs the same load twice, side by side in one run, each on a fresh install:
+``spec`` (no question deadline, no pair cache, indexing at the questions' priority: SPEC's
+behaviour) and ``defaults`` (the shipped settings). ``--questions repeated`` (default) cycles ten
+questions, as an editor and an agent re-asking; ``distinct`` asks a different question every time
+(made from the workspace's own function names), so no answer can come from a cache.
+
     python -m bench.load                       # 20 clients, 60 s, 100 files edited
+    python -m bench.load --compare --questions distinct
     python -m bench.load --clients 5 --seconds 10 --edit-files 10 --workspace /path/to/repo
 """
 from __future__ import annotations
@@ -18,6 +25,8 @@ import argparse
 import json
 import os
 import platform
+import random
+import re
 import shutil
 import sys
 import threading
@@ -31,13 +40,33 @@ if str(REPO) not in sys.path:
 
 from protocol.schema import AskRequest  # noqa: E402
 
-DEFAULT_SRC = Path("/tmp/benchsrc/requests-2.32.3")
+DEFAULT_SRC = Path(os.environ.get("WSCTX_BENCH_CACHE", Path.home() / ".cache" / "wsctx-bench")) / "trees" / "requests-2.34.2"
 QUESTIONS = [
     "where is the retry logic?", "how is the configuration parsed?", "where are cookies stored?",
     "how are redirects followed?", "where is authentication handled?", "how are timeouts applied?",
     "how is a session closed?", "where are proxies chosen?", "how is the response body decoded?",
     "where are headers merged?",
 ]
+
+
+#: SPEC's behaviour for the settings issue 20 added: no deadline, no pair cache, indexing not niced.
+SPEC_SETTINGS = {"question_deadline_ms": 0, "rerank_cache_pairs": 0, "index_nice": 0}
+
+
+def distinct_questions(root: Path, limit: int = 5000, seed: int = 7) -> list[str]:
+    """Questions made from the workspace's function names ("how does resolve redirects work?"),
+    one per name of two words or more, shuffled with a fixed seed."""
+    names: set[str] = set()
+    for path in sorted(root.rglob("*.py")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        names.update(m.group(1) for m in re.finditer(r"^\s*def (\w+)", text, re.M))
+    questions = sorted({f"how does {' '.join(w for w in name.split('_') if w)} work?" for name in names
+                        if len([w for w in name.split("_") if w]) >= 2})
+    random.Random(seed).shuffle(questions)
+    return questions[:limit]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -52,8 +81,11 @@ def _editable(root: Path, n: int) -> list[Path]:
     return files[:n] if len(files) >= n else files
 
 
-def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, seconds: float = 60.0, edit_files: int = 100) -> dict[str, Any]:
-    """Run the load against a front that is up; return the figures (latencies in ms)."""
+def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, seconds: float = 60.0, edit_files: int = 100,
+             questions: list[str] | None = None) -> dict[str, Any]:
+    """Run the load against a front that is up; return the figures (latencies in ms). With
+    *questions*, client n asks questions[n], questions[n + clients], ... (none asked twice
+    until the list runs out); without, the ten QUESTIONS in turn."""
     from tests.test_faults import ask
 
     lock = threading.Lock()
@@ -66,9 +98,11 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
     def client(n: int) -> None:
         nonlocal degraded
         i = n
+        pool = questions or QUESTIONS
+        step = clients if questions else 1
         while not stop.is_set():
-            q = QUESTIONS[i % len(QUESTIONS)]
-            i += 1
+            q = pool[i % len(pool)]
+            i += step
             t0 = time.perf_counter()
             try:
                 kind, value = ask(endpoint, AskRequest(question=q, workspace=workspace, conversation_id=f"load-{n}-{i}"))
@@ -82,6 +116,7 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
                         degraded += 1
                         for d in value.degraded:
                             key = "index still building (files pending)" if d.startswith("index ") else d
+                            key = "team index unavailable" if d.startswith("team index ") else key
                             degraded_kinds[key] = degraded_kinds.get(key, 0) + 1
                 else:
                     errors.append(f"{q!r}: {kind}: {value}")
@@ -133,15 +168,8 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workspace", type=Path, default=DEFAULT_SRC if DEFAULT_SRC.is_dir() else None)
-    ap.add_argument("--clients", type=int, default=20)
-    ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--edit-files", type=int, default=100)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "load.json")
-    args = ap.parse_args(argv)
-
+def run_one(args: argparse.Namespace, label: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Index a fresh copy of the workspace under a fresh supervisord with *settings*, then load it."""
     from tests.support import short_tmpdir
     from tests.test_faults import Supervised, fixture_cross_encoder, make_workspace
 
@@ -153,34 +181,67 @@ def main(argv: list[str] | None = None) -> int:
     else:
         make_workspace(root, n=200)
         source = "generated (200 modules)"
+    questions = distinct_questions(root) if args.questions == "distinct" else None
     model = fixture_cross_encoder(base / "ce")
-    sup = Supervised(base, reranker_dir=str(model))
+    sup = Supervised(base, reranker_dir=str(model), **settings)
+    index_s = 0.0
     try:
         sup.wait_all(180)
         t0 = time.perf_counter()
         wid = sup.add_workspace(root)
         sup.wait_indexed(root, 1800)
         index_s = time.perf_counter() - t0
-        print(f"indexed {source} in {index_s:.1f} s; load: {args.clients} clients x {args.seconds:g} s, {args.edit_files} files edited")
-        result = run_load(sup.endpoint("front"), wid, root, args.clients, args.seconds, args.edit_files)
+        print(f"[{label}] indexed {source} in {index_s:.1f} s; load: {args.clients} clients x {args.seconds:g} s, "
+              f"{args.edit_files} files edited, {args.questions} questions", flush=True)
+        result = run_load(sup.endpoint("front"), wid, root, args.clients, args.seconds, args.edit_files, questions)
         t1 = time.perf_counter()
         sup.wait_indexed(root, 600)
         result["catch_up_s"] = round(time.perf_counter() - t1, 1)
         result["table_matches_disk"] = True
-        pids_after = {d: sup.alive(d) for d in ("watcher", "chunker", "embedder", "searcher", "reranker", "front")}
-        result["daemons_up_after"] = pids_after
+        result["daemons_up_after"] = {d: sup.alive(d) for d in ("watcher", "chunker", "embedder", "searcher", "reranker", "front")}
     finally:
         left = sup.stop()
         shutil.rmtree(base, ignore_errors=True)
-    result.update(workspace=source, index_s=round(index_s, 1), cores=os.cpu_count(), python=platform.python_version(),
-                  reranker_model="shipped" if (REPO / "models/artifacts/cross-encoder/manifest.json").is_file() else "fixture (tiny ONNX stand-in)",
-                  leftover_processes=left)
-    print(f"throughput {result['throughput_qps']} q/s; latency p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms, "
-          f"p99 {result['p99_ms']} ms; errors {result['errors']}; degraded {result['degraded']} of {result['answered']} "
-          f"{result['degraded_kinds']}; caught up {result['catch_up_s']} s after")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0 if result["errors"] == 0 else 1
+    result.update(label=label, settings=settings, questions=args.questions, distinct_questions=len(questions or QUESTIONS),
+                  workspace=source, index_s=round(index_s, 1), leftover_processes=left)
+    return result
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    cols = ("label", "answered", "throughput_qps", "p50_ms", "p95_ms", "p99_ms", "errors", "degraded", "index_s", "catch_up_s")
+    print(" | ".join(cols))
+    for r in results:
+        print(" | ".join(str(r.get(c, "")) for c in cols))
+    for r in results:
+        print(f"{r['label']}: degraded {r['degraded_kinds']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from daemons.lib.config import Settings
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workspace", type=Path, default=DEFAULT_SRC if DEFAULT_SRC.is_dir() else None)
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--edit-files", type=int, default=100)
+    ap.add_argument("--questions", choices=("repeated", "distinct"), default="repeated")
+    ap.add_argument("--compare", action="store_true", help="SPEC's behaviour and the defaults, side by side")
+    ap.add_argument("--out", type=Path, default=None, help="default bench/results/load[_compare][_distinct].json")
+    args = ap.parse_args(argv)
+
+    # The tests' environment switches the deadline off; the bench measures the product's own.
+    defaults = {k: getattr(Settings(), k) for k in SPEC_SETTINGS}
+    runs = [("spec", dict(SPEC_SETTINGS)), ("defaults", defaults)] if args.compare else [("defaults", defaults)]
+    results = [run_one(args, label, settings) for label, settings in runs]
+    print_table(results)
+    out = args.out or REPO / "bench" / "results" / ("load" + ("_compare" if args.compare else "") + ("_distinct" if args.questions == "distinct" else "") + ".json")
+    meta = {"cores": os.cpu_count(), "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
+            "reranker_model": "shipped" if (REPO / "models/artifacts/cross-encoder/manifest.json").is_file() else "fixture (tiny ONNX stand-in)",
+            "load_avg_before": os.getloadavg()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results[0] if len(results) == 1 else {"runs": results}, indent=1) + "\n" if False else
+                   json.dumps({**meta, "runs": results}, indent=1) + "\n")
+    return 0 if all(r["errors"] == 0 for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Durations that the issue names are constants overridable by environment variable
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -127,11 +128,12 @@ QUESTIONS = ["where is the retry logic?", "how is the config parsed?", "cache po
 
 
 class Asker(threading.Thread):
-    """Asks questions in a loop until stopped; records answers, degraded answers and errors."""
+    """Asks questions in a loop until stopped; records answers, degraded answers and errors. With
+    ``fresh`` every question is new (numbered), so no answer can come from the reranker's pair cache."""
 
-    def __init__(self, endpoint: str, workspace: str, pause_s: float = 0.2) -> None:
+    def __init__(self, endpoint: str, workspace: str, pause_s: float = 0.2, fresh: bool = False) -> None:
         super().__init__(daemon=True, name="asker")
-        self.endpoint, self.workspace, self.pause_s = endpoint, workspace, pause_s
+        self.endpoint, self.workspace, self.pause_s, self.fresh = endpoint, workspace, pause_s, fresh
         self.stop_event = threading.Event()
         self.in_flight = threading.Event()
         self.answered = 0
@@ -144,7 +146,7 @@ class Asker(threading.Thread):
         ctx = zmq.Context.instance()
         i = 0
         while not self.stop_event.is_set():
-            q = QUESTIONS[i % len(QUESTIONS)]
+            q = QUESTIONS[i % len(QUESTIONS)] + (f" (question {i})" if self.fresh else "")
             i += 1
             t0 = time.monotonic()
             self.in_flight.set()
@@ -418,17 +420,19 @@ def test_reranker_model_removed(stack: Supervised, ws) -> None:
     # question spawns one that cannot load the model
     wait_until(lambda: not stack.status("reranker").details.get("workers"), 60, 0.5,
                message=lambda: str(stack.status("reranker").details))
-    asker = Asker(stack.endpoint("front"), wid, pause_s=0.5)
+    # scores of questions asked before still come from the broker's pair cache: ask new ones
+    fresh = (f"where is the retry logic? (try {n})" for n in itertools.count())
+    asker = Asker(stack.endpoint("front"), wid, pause_s=0.5, fresh=True)
     asker.start()
     try:
-        wait_until(lambda: FUSED_ORDER in stack.question(wid).degraded, 60, 1.0)
-        reply = stack.question(wid)
+        wait_until(lambda: FUSED_ORDER in stack.question(wid, next(fresh)).degraded, 60, 1.0)
+        reply = stack.question(wid, next(fresh))
         assert "fused order" in reply.context_line
         (root / "lib" / "mod1.py").write_text(module_text(1, rev=77))
         stack.wait_indexed(root)
     finally:
         shutil.move(saved, model)
-    wait_until(lambda: FUSED_ORDER not in stack.question(wid).degraded, 90, 1.0)
+    wait_until(lambda: FUSED_ORDER not in stack.question(wid, next(fresh)).degraded, 90, 1.0)
     asker.finish()
     assert_all_answered(asker)
     assert FUSED_ORDER in asker.degraded_kinds

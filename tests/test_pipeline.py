@@ -448,3 +448,34 @@ def test_indexing_runs_below_questions_and_the_query_embedding_does_not(pipeline
     finally:
         client.close()
     assert reply.body.dim == len(reply.blobs[0]) // 4 > 0
+
+
+@pytest.mark.timeout(240)
+def test_a_window_embedded_before_is_not_embedded_again(daemons, env, short_tmp):
+    """A second workspace holding the same files embeds none of their windows again, and an edit that appends a function embeds only the new windows."""
+    import shutil
+
+    first, second = short_tmp / "a", short_tmp / "b"
+    first.mkdir()
+    make_batch(first, 6)
+    # a long file of many chunks: an appended function leaves its earlier chunks as they were
+    (first / "batch" / "mod_03.py").write_text("\n\n".join(py_module(i).replace('"""Generated', f'"""Part {i}: generated') for i in range(10)))
+    shutil.copytree(first, second)
+    d: Daemons = daemons(["watcher", "chunker", "embedder"], env)
+    register(d.data_dir, first)
+    register(d.data_dir, second)
+    d.start()
+    wait_synced(d, first)
+    wait_synced(d, second)
+    rows_each = open_table(d.data_dir, first).table.count_rows()
+    assert open_table(d.data_dir, second).table.count_rows() == rows_each
+    embedded, cached = d.counter("embedder", "windows.embedded"), d.counter("embedder", "windows.cached")
+    assert embedded == rows_each and cached == rows_each, (embedded, cached)
+    target = first / "batch" / "mod_03.py"
+    rows_before = len(open_table(d.data_dir, first).rows_for_path("batch/mod_03.py"))
+    target.write_text(target.read_text() + "\n\ndef appended_helper(values):\n    return sorted(set(values))\n")
+    wait_synced(d, first)
+    rows_after = len(open_table(d.data_dir, first).rows_for_path("batch/mod_03.py"))
+    new_embedded = d.counter("embedder", "windows.embedded") - embedded
+    assert 0 < new_embedded < rows_after and rows_after > rows_before - 1, (new_embedded, rows_before, rows_after)
+    assert d.status("embedder").details["vector_cache"]["rows"] == embedded + new_embedded

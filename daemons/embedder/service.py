@@ -11,6 +11,7 @@ A table built with other settings or another model is left alone and reported as
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from daemons.lib.config import Settings, load_settings
 from daemons.lib.indexing import build_rows, chunk_shape, index_meta
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded
+from daemons.lib.vectorcache import VectorCache, cache_file
 from daemons.lib.workspaces import Registry, check_event, index_dir, remove_index, safe_relpath
 from models.embedding import ModelUnavailable, load_embedder
 from protocol import envelope
@@ -54,6 +56,7 @@ class Embedder:
         self.lock = threading.RLock()
         self.model = None  # indexing (embed_threads, at the lowered priority)
         self.query_model = None  # questions (one thread, normal priority)
+        self.vectors: VectorCache | None = None  # window vectors by content (vectorcache.py)
         self.model_error = ""
         self.chunker_problem = ""
         self.queue_depth = 0
@@ -163,7 +166,7 @@ class Embedder:
                 self.stats.incr("files.unchanged")
                 return
             t0 = time.perf_counter()
-            rows = build_rows(body.path, body.content_hash, body.chunks, self.s, self.model)
+            rows, cached = self._build_rows(body)
             embed_ms = (time.perf_counter() - t0) * 1000
             t1 = time.perf_counter()
             idx.store.replace_file(body.path, rows)
@@ -176,11 +179,34 @@ class Embedder:
             self.write_error = ""
         self.stats.incr("files.indexed")
         self.stats.incr("rows.written", len(rows))
+        self.stats.incr("windows.cached", cached)
+        self.stats.incr("windows.embedded", len(rows) - cached)
         self.log.info(
-            "indexed", workspace=body.workspace, path=body.path, chunks=len(body.chunks), rows=len(rows),
+            "indexed", workspace=body.workspace, path=body.path, chunks=len(body.chunks), rows=len(rows), cached=cached,
             embed_ms=round(embed_ms, 2), write_ms=round(write_ms, 2), optimized=optimized,
             ms=round((time.perf_counter() - started) * 1000, 2),
         )
+
+    def _build_rows(self, body: ChunkBatch) -> tuple[list[dict[str, Any]], int]:
+        """The file's rows and how many vectors the window cache held; a cache that fails is
+        dropped (logged once) and the file embedded in full."""
+        if self.vectors is not None:
+            try:
+                return build_rows(body.path, body.content_hash, body.chunks, self.s, self.model, self.vectors)
+            except sqlite3.Error as exc:
+                self.log.error("vector_cache_failed", path=str(self.vectors.path), error=f"{type(exc).__name__}: {exc}")
+                self.vectors = None
+        return build_rows(body.path, body.content_hash, body.chunks, self.s, self.model)
+
+    def _open_vector_cache(self) -> None:
+        if self.s.vector_cache_rows <= 0 or self.model is None:
+            return
+        path = cache_file(self.s.data_dir, self.model.model_id)
+        try:
+            self.vectors = VectorCache(path, self.model.model_id, self.model.dim, self.s.vector_cache_rows)
+            self.log.info("vector_cache_opened", path=str(path), rows=self.vectors.rows, max_rows=self.s.vector_cache_rows)
+        except (sqlite3.Error, OSError) as exc:  # indexing goes on, embedding every window
+            self.log.error("vector_cache_failed", path=str(path), error=f"{type(exc).__name__}: {exc}")
 
     def _optimize_idle(self) -> None:
         with self.lock:
@@ -258,7 +284,8 @@ class Embedder:
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "chunker_problem": self.chunker_problem,
-                               "write_error": self.write_error, "writes_failed": self.stats.snapshot().get("writes.failed", 0), "workspaces": {}}
+                               "write_error": self.write_error, "writes_failed": self.stats.snapshot().get("writes.failed", 0), "workspaces": {},
+                               "vector_cache": {"rows": self.vectors.rows, "max_rows": self.vectors.max_rows} if self.vectors is not None else None}
         for wid, idx in list(self.indexes.items()):
             entry: dict[str, Any] = {"root": idx.root, "problem": idx.problem}
             if idx.store is not None:
@@ -295,6 +322,7 @@ class Embedder:
             except ModelUnavailable as exc:
                 self.model_error = str(exc)
                 self.log.error("model_unavailable", error=self.model_error)
+        self._open_vector_cache()
         if self.model is not None:
             for wid, root in self.registry.load().items():
                 self.index_for(wid, root)

@@ -67,6 +67,9 @@ class Settings:
     # the nice value indexing runs at (chunker, the embedder's indexing threads), so that questions
     # get the cores first while files are indexed; 0: same priority as questions
     index_nice: int = 10
+    # window vectors kept by content (model, text), so a window embedded before is never embedded
+    # again: a branch switch or a second copy of a repository costs only its new windows; 0: none
+    vector_cache_rows: int = 100_000
     optimize_every: int = 50  # table writes between compactions / FTS folds
     # searching
     vector_k: int = 20
@@ -184,7 +187,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "embed_threads": (0, None), "optimize_every": (1, None), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
     "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
-    "team_timeout_ms": (1, None), "index_nice": (0, 19), "rerank_cache_pairs": (0, None), "question_deadline_ms": (0, None),
+    "team_timeout_ms": (1, None), "index_nice": (0, 19), "vector_cache_rows": (0, None), "rerank_cache_pairs": (0, None), "question_deadline_ms": (0, None),
     "keyword_max_terms": (0, None), "dense_windows": (1, None), "rerank_query_chars": (1, None),
     **{f"list_weight_{name}": (0.0, None) for name in LIST_WEIGHTS},
 }

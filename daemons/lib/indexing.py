@@ -11,6 +11,7 @@ import numpy as np
 from daemons.lib.chunking import CHUNKER_VERSION
 from daemons.lib.config import Settings
 from daemons.lib.keywords import keyword_text
+from daemons.lib.vectorcache import VectorCache
 from daemons.lib.windows import embed_text, window_texts
 
 
@@ -82,11 +83,22 @@ def plan_rows(path: str, content_hash: str, chunks: Sequence[ChunkLike], setting
     return rows, texts
 
 
-def build_rows(path: str, content_hash: str, chunks: Sequence[ChunkLike], settings: Settings, embedder: DocumentEmbedder) -> list[dict[str, Any]]:
-    """Rows with vectors, ready for ``IndexStore.replace_file``."""
+def embed_rows(rows: list[dict[str, Any]], texts: list[str], embedder: DocumentEmbedder, cache: VectorCache | None = None) -> int:
+    """Give each row the vector of its text; with *cache*, windows embedded before are not
+    embedded again. Returns how many vectors came from the cache."""
+    if not rows:
+        return 0
+    if cache is None:
+        vectors, cached = embedder.embed_documents(texts), 0
+    else:
+        vectors, cached = cache.embed(texts, embedder.embed_documents)
+    for row, vec in zip(rows, vectors):
+        row["vector"] = vec.astype(np.float32)
+    return cached
+
+
+def build_rows(path: str, content_hash: str, chunks: Sequence[ChunkLike], settings: Settings, embedder: DocumentEmbedder,
+               cache: VectorCache | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Rows with vectors, ready for ``IndexStore.replace_file``, and how many vectors *cache* held."""
     rows, texts = plan_rows(path, content_hash, chunks, settings)
-    if rows:
-        vectors = embedder.embed_documents(texts)
-        for row, vec in zip(rows, vectors):
-            row["vector"] = vec.astype(np.float32)
-    return rows
+    return rows, embed_rows(rows, texts, embedder, cache)
