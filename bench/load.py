@@ -10,8 +10,8 @@ answers (keywords only, fused order, index still building) are counted separatel
 Prints throughput, p50/p95/p99 latency, errors and degraded answers; writes bench/results/load.json.
 
 ``--compare`` runs the same load twice, side by side in one run, each on a fresh install:
-``spec`` (no question deadline, no pair cache, indexing at the questions' priority: SPEC's
-behaviour) and ``defaults`` (the shipped settings). ``--questions repeated`` (default) cycles ten
+``spec`` (no question deadline, no pair cache, indexing at the questions' priority, no window
+vector cache: SPEC's behaviour) and ``defaults`` (the shipped settings). ``--questions repeated`` (default) cycles ten
 questions, as an editor and an agent re-asking; ``distinct`` asks a different question every time
 (made from the workspace's own function names), so no answer can come from a cache.
 
@@ -49,8 +49,9 @@ QUESTIONS = [
 ]
 
 
-#: SPEC's behaviour for the settings issue 20 added: no deadline, no pair cache, indexing not niced.
-SPEC_SETTINGS = {"question_deadline_ms": 0, "rerank_cache_pairs": 0, "index_nice": 0}
+#: SPEC's behaviour for the settings issue 20 added: no deadline, no pair cache, indexing not
+#: niced, every window embedded afresh.
+SPEC_SETTINGS = {"question_deadline_ms": 0, "rerank_cache_pairs": 0, "index_nice": 0, "vector_cache_rows": 0}
 
 
 def distinct_questions(root: Path, limit: int = 5000, seed: int = 7) -> list[str]:
