@@ -474,6 +474,8 @@ def format_ask(reply: dict[str, Any]) -> str:
             head.append(f"(team {block['team']})")
         if block.get("kind") and block["kind"] != "code":
             head.append(f"({block['kind']})")
+        if block.get("changed"):
+            head.append(f"({block['changed']})")
         out.append("  ".join(head))
         out.append(block.get("text", "").rstrip("\n"))
         out.append("")
@@ -627,26 +629,70 @@ def indexing_done(report: dict[str, dict[str, Any]]) -> bool:
     return all(e["pending"] == 0 and e["last_reconcile"] for e in report.values())
 
 
+#: Without a terminal, ``status --wait`` prints its progress at most this often.
+PROGRESS_EVERY_S = 5.0
+
+
+def progress_line(report: dict[str, dict[str, Any]], first_indexed: int, elapsed_s: float) -> str:
+    """One line of indexing progress over the workspaces not done yet: files indexed of all,
+    rows, the rate since waiting began (*first_indexed* files were indexed then) and the time left."""
+    busy = [e for e in report.values() if e["pending"] != 0 or not e["last_reconcile"]]
+    files = sum(e["files"] or 0 for e in busy)
+    done = sum(e["indexed_files"] or 0 for e in busy)
+    pending = sum(e["pending"] or 0 for e in busy)
+    rows = sum(e["rows"] or 0 for e in busy)
+    line = f"indexing: {done:,} of {files:,} files" + (f" ({100 * done // files}%)" if files else "") + f", {rows:,} rows"
+    rate = (done - first_indexed) / elapsed_s if elapsed_s > 0 else 0.0
+    if rate > 0:
+        line += f", {rate:.1f} files/s, about {_duration(pending / rate)} left"
+    elif pending:
+        line += f", {pending:,} pending"
+    return line
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds} s" if seconds < 90 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def _indexed_now(report: dict[str, dict[str, Any]]) -> int:
+    return sum(e["indexed_files"] or 0 for e in report.values() if e["pending"] != 0 or not e["last_reconcile"])
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     settings = _settings(args)
     data = gather_status(settings)
     if args.wait:
         started = time.monotonic()
         deadline = started + args.timeout
-        while not indexing_done(data["workspaces"]):
-            for needed in ("watcher", "chunker", "embedder"):
-                if data["daemons"][needed]["state"] == "down" and time.monotonic() > started + 10:
+        first_indexed = _indexed_now(data["workspaces"])
+        tty = sys.stderr.isatty()
+        last_print, last_line = 0.0, ""
+        try:
+            while not indexing_done(data["workspaces"]):
+                line = progress_line(data["workspaces"], first_indexed, time.monotonic() - started)
+                if tty:  # one line, rewritten in place
+                    print(f"\r{line:<{max(len(last_line), len(line))}}", end="", file=sys.stderr, flush=True)
+                    last_line = line
+                elif line != last_line and time.monotonic() - last_print >= PROGRESS_EVERY_S:
+                    print(line, file=sys.stderr, flush=True)
+                    last_print, last_line = time.monotonic(), line
+                for needed in ("watcher", "chunker", "embedder"):
+                    if data["daemons"][needed]["state"] == "down" and time.monotonic() > started + 10:
+                        _print_status(data, args.json)
+                        raise CLIError(f"{needed} is not running, so indexing cannot finish: start it with `wsctx up`")
+                blocked = [p for e in data["workspaces"].values() for p in e["problems"] if p.startswith("rebuild needed")]
+                if blocked:
+                    raise CLIError(blocked[0])
+                if time.monotonic() > deadline:
+                    left = {w: e["pending"] for w, e in data["workspaces"].items() if e["pending"] != 0 or not e["last_reconcile"]}
                     _print_status(data, args.json)
-                    raise CLIError(f"{needed} is not running, so indexing cannot finish: start it with `wsctx up`")
-            blocked = [p for e in data["workspaces"].values() for p in e["problems"] if p.startswith("rebuild needed")]
-            if blocked:
-                raise CLIError(blocked[0])
-            if time.monotonic() > deadline:
-                left = {w: e["pending"] for w, e in data["workspaces"].items() if e["pending"] != 0 or not e["last_reconcile"]}
-                _print_status(data, args.json)
-                raise CLIError(f"indexing not done after {args.timeout:g} s (pending: {left})")
-            time.sleep(1.0)
-            data = gather_status(settings)
+                    raise CLIError(f"indexing not done after {args.timeout:g} s (pending: {left})")
+                time.sleep(1.0)
+                data = gather_status(settings)
+        finally:
+            if tty and last_line:  # end the rewritten line before anything else is printed
+                print(file=sys.stderr)
     _print_status(data, args.json)
     return 0
 

@@ -257,6 +257,9 @@ class Block(Body, kw_only=True):
     retrievers: list[str] = []
     team: str | None = None
     kind: str = "code"
+    # how the file differs from what the index holds: "" (it does not), "changed on disk since
+    # indexed", "unsaved changes in the editor" or "deleted since indexed"
+    changed: str = ""
 
 
 class NearMiss(Body, kw_only=True):

@@ -204,3 +204,30 @@ def test_focus_note_names_the_focus_files_and_counts_those_used():
     assert focus_note(["src/a.py", "src/b.py", "src/c.py", "src/d.py", "src/e.py"], cands) == "focus src/a.py, src/b.py, src/c.py (+2), 2 used"
     assert focus_note(["src/b.py"], cands) == "focus src/b.py, 0 used"
     assert focus_note([], cands) == ""
+
+
+def test_file_change_tells_disk_editor_and_gone_apart():
+    """A file is unchanged when its bytes (or the editor's buffer) hash to the indexed hash; else changed on disk, unsaved in the editor, or deleted."""
+    from daemons.lib.assembly import CHANGED_GONE, CHANGED_IN_EDITOR, CHANGED_ON_DISK, changed_note, file_change
+    from daemons.lib.filtering import content_hash
+
+    indexed = b"def f():\r\n    return 1\r\n"
+    h = content_hash(indexed)
+    assert file_change(h, indexed, None) == ""
+    assert file_change(h, indexed + b"# more\r\n", None) == CHANGED_ON_DISK
+    assert file_change(h, None, None) == CHANGED_GONE
+    assert file_change(h, indexed, indexed.decode()) == ""  # the buffer is the indexed text
+    assert file_change(h, indexed, "def f():\n    return 2\n") == CHANGED_IN_EDITOR
+    newer = b"def f():\r\n    return 3\r\n"
+    assert file_change(h, newer, "def f():\n    return 3\n") == CHANGED_ON_DISK  # the buffer shows what disk holds
+    assert changed_note(["", CHANGED_ON_DISK, CHANGED_IN_EDITOR, CHANGED_ON_DISK]) == "3 blocks changed since indexed (2 on disk, 1 unsaved in the editor)"
+    assert changed_note([CHANGED_GONE]) == "1 block changed since indexed (1 deleted)"
+    assert changed_note(["", ""]) == ""
+
+
+def test_chunk_content_hash_reads_the_hash_back_from_a_chunk_id():
+    """The content hash a chunk id was made with comes back, also for a path holding '|'."""
+    from daemons.lib.indexing import chunk_content_hash, chunk_id
+
+    assert chunk_content_hash(chunk_id("a|b.py", "abc123", 4)) == "abc123"
+    assert chunk_content_hash("no-separators") == ""

@@ -484,3 +484,16 @@ def test_gc_lists_then_deletes_indexes_of_gone_folders_and_of_no_workspace():
         assert "nothing to collect" in _wsctx(env, "gc").stdout
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_status_wait_progress_line_counts_files_rows_rate_and_time_left():
+    """The progress line sums the workspaces still indexing: files done of all with the share, rows, the rate since waiting began and the time left."""
+    def entry(files, done, pending, rows, reconciled=1.0):
+        return {"files": files, "indexed_files": done, "pending": pending, "rows": rows, "last_reconcile": reconciled}
+
+    report = {"a": entry(1500, 800, 700, 31020), "b": entry(10, 10, 0, 99), "c": entry(None, None, None, None, None)}
+    line = cli.progress_line(report, first_indexed=500, elapsed_s=30.0)
+    assert line == "indexing: 800 of 1,500 files (53%), 31,020 rows, 10.0 files/s, about 70 s left"
+    slow = cli.progress_line({"a": entry(1500, 800, 700, 31020)}, first_indexed=790, elapsed_s=60.0)
+    assert slow.endswith("0.2 files/s, about 70 min 00 s left")
+    assert cli.progress_line({"a": entry(20, 5, 15, 40)}, first_indexed=5, elapsed_s=2.0) == "indexing: 5 of 20 files (25%), 40 rows, 15 pending"

@@ -38,3 +38,16 @@ def test_include_globs_override_the_policy_for_the_files_they_match(tmp_path):
     named = WorkspaceFilter(tmp_path, include_globs=["data/*.csv"])
     assert not named.data_policy_applies("data/table.csv") and named.data_policy_applies("x.py")
     assert classify_file(f, 1_000_000, named.data_policy_applies("data/table.csv")).ok
+
+
+def test_files_are_indexed_newest_first(tmp_path: Path):
+    """Files come newest first by modification time, ties and vanished files ordered by name (a vanished one last)."""
+    import os
+
+    from daemons.lib.filtering import newest_first
+
+    for name, age in (("old.py", 300), ("mid.py", 200), ("b_new.py", 10), ("a_new.py", 10)):
+        (tmp_path / name).write_text("x = 1\n")
+        t = 1_700_000_000 - age
+        os.utime(tmp_path / name, (t, t))
+    assert newest_first(tmp_path, ["old.py", "gone.py", "mid.py", "b_new.py", "a_new.py"]) == ["a_new.py", "b_new.py", "mid.py", "old.py", "gone.py"]

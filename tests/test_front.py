@@ -455,6 +455,30 @@ def test_unsaved_buffer_is_used_for_widening(stack):
     widen = next(s for s in reply.stages if s.name == "widen")
     assert "retry.py" in widen.detail["from_buffer"]
     assert "full jitter keeps many" in (stack.root / "retry.py").read_text()
+    assert all(b.changed == "unsaved changes in the editor" for b in blocks)
+    assert "changed since indexed" in reply.context_line and "unsaved in the editor" in reply.context_line
+    same = stack.ask("exponential backoff between retries", active_file="retry.py", buffers={"retry.py": disk})
+    assert all(b.changed == "" for b in code_blocks(same)) and "changed since indexed" not in same.context_line
+
+
+@pytest.mark.timeout(300)
+def test_a_block_whose_file_changed_on_disk_since_it_was_indexed_says_so(stack):
+    """With the watcher stopped, a file edited on disk gives blocks marked changed on disk since indexed, counted in the context line; once re-indexed, no mark."""
+    path = stack.root / "config_parser.py"
+    original = path.read_text()
+    stack.d.kill("watcher")
+    try:
+        path.write_text(original + "\n# edited while the watcher was down\n")
+        reply = stack.ask("how is the config file parsed?")
+        marked = [b for b in code_blocks(reply) if b.path == "config_parser.py"]
+        assert marked and all(b.changed == "changed on disk since indexed" for b in marked)
+        assert all(b.changed == "" for b in code_blocks(reply) if b.path != "config_parser.py")
+        assert f"{len(marked)} block" in reply.context_line and "changed since indexed (" in reply.context_line
+    finally:
+        path.write_text(original)
+        stack.restart("watcher")
+    wait_until(lambda: not table_mismatches(stack.d.data_dir, stack.root), INDEX_TIMEOUT)
+    assert all(b.changed == "" for b in code_blocks(stack.ask("how is the config file parsed?")))
 
 
 @pytest.mark.timeout(120)

@@ -28,6 +28,7 @@ from daemons.lib.chunking import language_for_path
 from daemons.lib.config import Settings, load_settings, question_settings_problem
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
+from daemons.lib.indexing import chunk_content_hash
 from daemons.lib.fusion import rerank_order
 from daemons.lib.question import QueryPlan, plan_for
 from daemons.lib.log import configure
@@ -223,7 +224,10 @@ class Front:
         widen_files = not budget.spent()
         if kept and not widen_files:
             degraded.append(deadline.SKIPPED_WIDEN)
+        changes: dict[str, str] = {}  # path -> how it differs from the indexed version (freshness)
         for cand, score in kept:
+            if widen_files and cand.path not in changes:
+                changes[cand.path] = self._file_change(root, cand, buffers)
             text = self._file_text(root, cand.path, buffers, file_texts) if widen_files else None
             language = language_for_path(cand.path)
             languages[cand.path] = language
@@ -263,7 +267,8 @@ class Front:
         out_blocks = [
             Block(label=assembly.label(b), path=b.path, start_line=b.start_line, end_line=b.end_line, text=b.text,
                   probability=(round(b.score, 4) if probs is not None or b.team else None) if b.kind == assembly.CODE else None,
-                  retrievers=list(b.retrievers), team=b.team_name if b.team else None, kind=b.kind)
+                  retrievers=list(b.retrievers), team=b.team_name if b.team else None, kind=b.kind,
+                  changed="" if b.team else changes.get(b.path, ""))
             for b in blocks
         ]
         prompt = assembly.prompt_text(req.question, blocks)
@@ -279,6 +284,7 @@ class Front:
         notes = [f"weighted {weighted}"] if weighted else []
         notes.append(assembly.named_note((c.path, c.ranks) for c in candidates))
         notes.append(assembly.focus_note(focus, ((c.path, c.ranks) for c in candidates)))
+        notes.append(assembly.changed_note(changes.get(b.path, "") for b in blocks if b.kind == assembly.CODE and not b.team))
         line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded, notes=notes)
         stage("assemble", t0, blocks=len(out_blocks), chars=sum(len(b.text) for b in out_blocks))
 
@@ -307,6 +313,17 @@ class Front:
                 return None
         cache[path] = text
         return text
+
+    def _file_change(self, root: str, cand: Candidate, buffers: dict[str | None, str]) -> str:
+        """How *cand*'s file differs from the version its chunk was indexed from (assembly.file_change)."""
+        indexed = chunk_content_hash(cand.chunk_id)
+        if not indexed:
+            return ""
+        try:
+            data: bytes | None = (Path(root) / safe_relpath(root, cand.path)).read_bytes()
+        except (OSError, BadMessage):
+            data = None
+        return assembly.file_change(indexed, data, buffers.get(cand.path))
 
     def _local_search(self, wid: str, qplan: QueryPlan, focus: list[str]) -> tuple[list[Candidate], str]:
         """Keywords-only search in this process (the searcher is down), with the question's plan

@@ -22,6 +22,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from daemons.lib.filtering import content_hash
 from daemons.lib.fusion import FOCUS_KEYWORD, FOCUS_VECTOR, MENTIONED
 from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role
 from daemons.lib.widening import IMPORTS_MAX_CHARS, imports_block, lines_text, split_lines
@@ -397,6 +398,50 @@ def weights_note(candidates: Iterable[tuple[str, float]]) -> str:
         if weight < 1.0:
             seen.setdefault(file_role(path), weight)
     return ", ".join(f"{role}s ×{seen[role]:g}" for role in (TEST, DOC, CONFIG, SOURCE) if role in seen)
+
+
+#: How a block's file differs from what the index holds (``Block.changed``; "" when it does not).
+CHANGED_ON_DISK = "changed on disk since indexed"
+CHANGED_IN_EDITOR = "unsaved changes in the editor"
+CHANGED_GONE = "deleted since indexed"
+
+
+def file_change(indexed_hash: str, disk: bytes | None, buffer: str | None) -> str:
+    """How a file differs from its indexed version (content hash *indexed_hash*): the editor's
+    *buffer* when one was sent (compared by content, so its line endings may differ from disk),
+    else the bytes on *disk* (None: the file is gone); "" when it is the indexed version."""
+    if buffer is not None:
+        if content_hash(buffer.encode("utf-8", "surrogatepass")) == indexed_hash:
+            return ""
+        if disk is not None and _same_text(buffer, disk) and content_hash(disk) != indexed_hash:
+            return CHANGED_ON_DISK
+        return CHANGED_IN_EDITOR
+    if disk is None:
+        return CHANGED_GONE
+    return "" if content_hash(disk) == indexed_hash else CHANGED_ON_DISK
+
+
+def _same_text(text: str, data: bytes) -> bool:
+    try:
+        disk = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return text.replace("\r\n", "\n") == disk.replace("\r\n", "\n")
+
+
+def changed_note(changes: Iterable[str]) -> str:
+    """``2 blocks changed since indexed (1 on disk, 1 unsaved in the editor)`` for the answer's
+    blocks whose file differs from the indexed version; "" if none."""
+    counts = {kind: 0 for kind in (CHANGED_ON_DISK, CHANGED_IN_EDITOR, CHANGED_GONE)}
+    for change in changes:
+        if change:
+            counts[change] += 1
+    total = sum(counts.values())
+    if not total:
+        return ""
+    words = {CHANGED_ON_DISK: "on disk", CHANGED_IN_EDITOR: "unsaved in the editor", CHANGED_GONE: "deleted"}
+    parts = ", ".join(f"{n} {words[k]}" for k, n in counts.items() if n)
+    return f"{total} block{'s' if total != 1 else ''} changed since indexed ({parts})"
 
 
 #: Focus files named in the context line; more are counted.

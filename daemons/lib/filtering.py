@@ -13,7 +13,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pathspec
 
@@ -254,3 +254,14 @@ class WorkspaceFilter:
                         continue
                 if not self.is_ignored(rel):
                     yield rel
+
+
+def newest_first(root: Path, rels: Iterable[str]) -> list[str]:
+    """*rels* by modification time, newest first (then by name): the files a user is working on
+    are indexed first, so a question about them is answered while a large workspace still builds."""
+    def key(rel: str) -> tuple[int, str]:
+        try:
+            return -(root / rel).stat().st_mtime_ns, rel
+        except OSError:
+            return 0, rel
+    return sorted(rels, key=key)

@@ -55,6 +55,12 @@ def chunk_id(path: str, content_hash: str, index: int) -> str:
     return f"{path}|{content_hash}|{index}"
 
 
+def chunk_content_hash(cid: str) -> str:
+    """The file content hash a :func:`chunk_id` was made with (a path may itself hold ``|``)."""
+    parts = cid.rsplit("|", 2)
+    return parts[1] if len(parts) == 3 else ""
+
+
 def plan_rows(path: str, content_hash: str, chunks: Sequence[ChunkLike], settings: Settings) -> tuple[list[dict[str, Any]], list[str]]:
     """Rows without vectors, and the texts to embed for them (one per row, same order)."""
     rows: list[dict[str, Any]] = []

@@ -7,7 +7,9 @@ language has no grammar are never widened and have no imports block.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections import OrderedDict
 from typing import Any
 
 #: A hit widens to an enclosing node only while that node fits this many characters.
@@ -54,16 +56,37 @@ def _fallback_parser(language: str) -> Any:
     return cache[language]
 
 
+#: Parsed trees each thread keeps: a question widens and then collects imports from the same
+#: files, and the next questions mostly land in the same files again.
+TREES_KEPT = 32
+
+
 def parse_tree(text: str, language: str | None) -> Any:
     """Parse *text* as *language*; None when there is no grammar or parsing fails.
 
     Uses ``daemons.lib.chunking.parse`` (cached parsers) when that module is
     present, else tree-sitter-language-pack directly. Languages the chunker
     treats as having no grammar (``chunking.NO_GRAMMAR_LANGUAGES``, e.g.
-    markdown) give None.
+    markdown) give None. The last ``TREES_KEPT`` trees of this thread are kept
+    by (language, text digest) and returned again (a tree is read, never edited).
     """
     if not language:
         return None
+    kept: OrderedDict[tuple[str, bytes], Any] | None = getattr(_local, "trees", None)
+    if kept is None:
+        kept = _local.trees = OrderedDict()
+    key = (language, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+    if key in kept:
+        kept.move_to_end(key)
+        return kept[key]
+    tree = _parse_tree(text, language)
+    kept[key] = tree
+    while len(kept) > TREES_KEPT:
+        kept.popitem(last=False)
+    return tree
+
+
+def _parse_tree(text: str, language: str) -> Any:
     try:
         from daemons.lib import chunking
     except Exception:

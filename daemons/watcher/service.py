@@ -21,7 +21,7 @@ from watchdog.observers import Observer
 
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
-from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file
+from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file, newest_first
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore
 from daemons.lib.workspaces import Registry, index_dir
@@ -33,6 +33,7 @@ RESEND_AFTER_S = 120.0
 
 
 @dataclass
+
 class WorkspaceState:
     wid: str
     root: Path
@@ -271,7 +272,7 @@ class Watcher:
         now = time.monotonic()
         seen = set(ws.filt.iter_files()) if ws.root.is_dir() else set()
         sent = 0
-        for rel in [*sorted(seen), *sorted((set(ws.table) | set(ws.disk)) - seen)]:
+        for rel in [*newest_first(ws.root, seen), *sorted((set(ws.table) | set(ws.disk)) - seen)]:
             if self.stop.is_set():
                 # shutting down: a walk of 10,000 files must not hold SIGTERM up; the next start reconciles
                 self.log.info("reconcile_interrupted", workspace=ws.wid, sent=sent)
