@@ -46,7 +46,7 @@ def mstack():
 
 @pytest.mark.timeout(300)
 def test_tools_are_listed_with_their_schemas(mstack):
-    """The server lists search_workspace (question required, optional workspace/active_file/max_snippets) and workspace_status."""
+    """The server lists search_workspace (question required, optional workspace/active_file/max_snippets/deadline_ms) and workspace_status."""
     async def go(session: ClientSession):
         return (await session.list_tools()).tools
 
@@ -54,7 +54,7 @@ def test_tools_are_listed_with_their_schemas(mstack):
     assert set(tools) == {"search_workspace", "workspace_status"}
     schema = tools["search_workspace"].input_schema
     assert schema["required"] == ["question"]
-    assert set(schema["properties"]) == {"question", "workspace", "active_file", "max_snippets"}
+    assert set(schema["properties"]) == {"question", "workspace", "active_file", "max_snippets", "deadline_ms"}
     assert all(prop.get("description") for prop in schema["properties"].values()), schema["properties"]
     assert tools["search_workspace"].output_schema is not None
     assert tools["search_workspace"].description
@@ -65,7 +65,8 @@ def test_search_workspace_returns_labelled_blocks_and_context_line(mstack):
     """search_workspace returns the prompt-ready text (labelled blocks, then the context line) and the same blocks as structured content."""
     async def go(session: ClientSession):
         first = await session.call_tool("search_workspace", {"question": "how is the config file parsed?", "workspace": str(mstack.root)})
-        one = await session.call_tool("search_workspace", {"question": "how is the config file parsed?", "workspace": str(mstack.root), "max_snippets": 1})
+        one = await session.call_tool("search_workspace", {"question": "how is the config file parsed?", "workspace": str(mstack.root), "max_snippets": 1,
+                                                          "deadline_ms": 1})
         follow = await session.call_tool("search_workspace", {"question": "and how is it tested?", "workspace": str(mstack.root)})
         return first, one, follow
 
@@ -86,6 +87,8 @@ def test_search_workspace_returns_labelled_blocks_and_context_line(mstack):
     assert isinstance(data["near_misses"], list)
     assert data["workspace"] == mstack.wid
     assert not one.is_error and len([b for b in one.structured_content["blocks"] if b["kind"] == "code"]) == 1
+    assert "blocks not widened (question deadline)" in one.structured_content["degraded"]  # its 1 ms budget was spent
+    assert all(b["changed"] == "" for b in data["blocks"])
     # one server process is one conversation: the follow-up carries the previous question
     assert follow.structured_content["searched_query"] == "how is the config file parsed? and how is it tested?"
 

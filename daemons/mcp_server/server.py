@@ -50,6 +50,8 @@ class BlockOut(BaseModel):
     kind: str = "code"
     team: str | None = None
     retrievers: list[str] = []
+    # "" or how the file differs from its indexed version (changed on disk, unsaved in the editor, deleted)
+    changed: str = ""
     text: str
 
 
@@ -113,14 +115,20 @@ def build_server(client: WorkspaceClient, default_workspace: str | None = None) 
             "searched with priority."))] = None,
         max_snippets: Annotated[int | None, Field(description=(
             "At most this many code blocks in the answer (at least 1; default: the daemons' snippet_count, 6)."))] = None,
+        deadline_ms: Annotated[int | None, Field(description=(
+            "Time budget for this question in milliseconds: a stage that cannot finish in it is skipped and "
+            "named in the context line (0: wait for every stage; default: the daemons' question_deadline_ms, 2000)."))] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
         ws = workspace or default_workspace
         if active_file and not os.path.isabs(active_file) and not ws:
             active_file = os.path.abspath(active_file)
         if max_snippets is not None and max_snippets < 1:
             return _error_result("bad_message", "max_snippets must be at least 1")
+        if deadline_ms is not None and deadline_ms < 0:
+            return _error_result("bad_message", "deadline_ms must be at least 0")
         try:
-            reply = client.ask(question, workspace=ws, active_file=active_file, conversation_id=conversation, snippet_count=max_snippets)
+            reply = client.ask(question, workspace=ws, active_file=active_file, conversation_id=conversation, snippet_count=max_snippets,
+                               deadline_ms=deadline_ms)
         except ProtocolError as exc:
             return _error_result(exc.code.value, exc.message)
         except Exception as exc:  # noqa: BLE001 - a socket failure is still a tool error, not a crash
@@ -131,7 +139,7 @@ def build_server(client: WorkspaceClient, default_workspace: str | None = None) 
             context_line=reply.context_line,
             blocks=[
                 BlockOut(label=b.label, path=b.path, start_line=b.start_line, end_line=b.end_line, probability=b.probability,
-                         kind=b.kind, team=b.team, retrievers=list(b.retrievers), text=b.text)
+                         kind=b.kind, team=b.team, retrievers=list(b.retrievers), changed=b.changed, text=b.text)
                 for b in reply.blocks
             ],
             near_misses=[
