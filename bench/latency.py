@@ -4,7 +4,9 @@ Brings up watcher, chunker, embedder, searcher, reranker and front on a copy of 
 waits for the full index, then asks --questions questions (commit subjects of that repository
 from ../shared/eval/commits.jsonl when --repo is given, else generic questions): first warm
 (pool up), then cold (reranker idle time set to --idle seconds; each question waits until the
-pool is back at zero workers). Prints median and p95 per stage; writes bench/results/latency.json.
+pool is back at zero workers). The pair cache and the question deadline are off, so that every
+question is scored and the cold start is measured whole. Prints median and p95 per stage; writes
+bench/results/latency.json.
 
     python -m bench.latency --workspace /path/to/requests-2.32.3 --repo psf/requests --questions 30
 """
@@ -68,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     ws = tmp / "ws"
     shutil.copytree(args.workspace, ws, symlinks=True)
     env = dict(os.environ, WSCTX_RUNTIME_DIR=str(tmp / "run"), WSCTX_DATA_DIR=str(tmp / "data"), WSCTX_CONFIG="/nonexistent",
-               WSCTX_RERANKER_IDLE_S=str(args.idle), PYTHONUNBUFFERED="1")
+               WSCTX_RERANKER_IDLE_S=str(args.idle), PYTHONUNBUFFERED="1",
+               # the cold pass asks the warm pass's questions again: without this the pair cache would
+               # answer them with no worker started, and the deadline would turn a slow start into fused order
+               WSCTX_RERANK_CACHE_PAIRS="0", WSCTX_QUESTION_DEADLINE_MS="0")
     settings = load_settings(env=env)
     wid, _ = Registry(settings.data_dir).add(ws)
     procs = []
