@@ -50,8 +50,8 @@ QUESTIONS = [
 
 
 #: SPEC's behaviour for the settings issue 20 added: no deadline, no pair cache, indexing not
-#: niced, every window embedded afresh.
-SPEC_SETTINGS = {"question_deadline_ms": 0, "rerank_cache_pairs": 0, "index_nice": 0, "vector_cache_rows": 0}
+#: niced, every window embedded afresh, every row written with its vector.
+SPEC_SETTINGS = {"question_deadline_ms": 0, "rerank_cache_pairs": 0, "index_nice": 0, "vector_cache_rows": 0, "keywords_first": False}
 
 
 def distinct_questions(root: Path, limit: int = 5000, seed: int = 7) -> list[str]:
@@ -117,6 +117,7 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
                         degraded += 1
                         for d in value.degraded:
                             key = "index still building (files pending)" if d.startswith("index ") else d
+                            key = "vectors still building (keywords only for some files)" if d.startswith("vectors ") else key
                             key = "team index unavailable" if d.startswith("team index ") else key
                             degraded_kinds[key] = degraded_kinds.get(key, 0) + 1
                 else:

@@ -379,7 +379,7 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
         problems: list[str] = [NOT_RUNNING] if all_down else []
         entry: dict[str, Any] = {
             "root": root, "files": None, "indexed_files": None, "chunks": None, "rows": None,
-            "pending": None, "skipped": None, "last_update": None, "last_reconcile": None, "problems": problems,
+            "pending": None, "vectors_pending": None, "skipped": None, "last_update": None, "last_reconcile": None, "problems": problems,
         }
         entry["index_bytes"] = folder_bytes(index_dir(settings.data_dir, wid))
         if not Path(root).is_dir():
@@ -387,7 +387,7 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
         if write_error:
             problems.append(f"writes failing: {_write_reason(write_error)} ({writes_failed} failed); indexing resumes by itself when they succeed")
         if w is not None:
-            entry.update(files=w.get("files"), indexed_files=w.get("indexed_files"), pending=w.get("pending"),
+            entry.update(files=w.get("files"), indexed_files=w.get("indexed_files"), pending=w.get("pending"), vectors_pending=w.get("vectors_pending"),
                          skipped=w.get("skipped"), last_reconcile=w.get("last_reconcile") or None)
         elif statuses.get("watcher") is None:
             if not all_down:
@@ -456,6 +456,8 @@ def format_workspaces(report: dict[str, dict[str, Any]], now: float | None = Non
     lines = [table(["workspace", "files", "indexed", "chunks", "rows", "pending", "last update", "index"], rows)]
     for wid, e in report.items():
         lines.append(f"  {wid}: {e['root']}")
+        if e.get("vectors_pending"):
+            lines.append(f"    {e['vectors_pending']} of the pending files are searched by keywords only until their vectors are built")
         for p in e["problems"]:
             lines.append(f"    ! {p}")
     return "\n".join(lines)
@@ -641,7 +643,10 @@ def progress_line(report: dict[str, dict[str, Any]], first_indexed: int, elapsed
     done = sum(e["indexed_files"] or 0 for e in busy)
     pending = sum(e["pending"] or 0 for e in busy)
     rows = sum(e["rows"] or 0 for e in busy)
+    keyword_only = sum(e.get("vectors_pending") or 0 for e in busy)
     line = f"indexing: {done:,} of {files:,} files" + (f" ({100 * done // files}%)" if files else "") + f", {rows:,} rows"
+    if keyword_only:
+        line += f" ({keyword_only:,} files keyword-only, vectors to come)"
     rate = (done - first_indexed) / elapsed_s if elapsed_s > 0 else 0.0
     if rate > 0:
         line += f", {rate:.1f} files/s, about {_duration(pending / rate)} left"

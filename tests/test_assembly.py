@@ -231,3 +231,13 @@ def test_chunk_content_hash_reads_the_hash_back_from_a_chunk_id():
 
     assert chunk_content_hash(chunk_id("a|b.py", "abc123", 4)) == "abc123"
     assert chunk_content_hash("no-separators") == ""
+
+
+def test_progress_notes_tell_a_building_index_from_missing_vectors():
+    """Files not in the table give 'index N% built'; files in it with keyword text only give 'vectors N% built'; none when all is done."""
+    from daemons.lib.assembly import progress_notes
+
+    assert progress_notes({"files": 10, "indexed_files": 4, "pending": 6, "vectors_pending": 2}) == ["index 40% built (4 of 10 files, 6 pending)"]
+    assert progress_notes({"files": 10, "indexed_files": 7, "pending": 3, "vectors_pending": 3}) == ["vectors 70% built (3 of 10 files searched by keywords only)"]
+    assert progress_notes({"files": 10, "indexed_files": 10, "pending": 0, "vectors_pending": 0}) == []
+    assert progress_notes({}) == []

@@ -479,3 +479,35 @@ def test_a_window_embedded_before_is_not_embedded_again(daemons, env, short_tmp)
     new_embedded = d.counter("embedder", "windows.embedded") - embedded
     assert 0 < new_embedded < rows_after and rows_after > rows_before - 1, (new_embedded, rows_before, rows_after)
     assert d.status("embedder").details["vector_cache"]["rows"] == embedded + new_embedded
+
+
+@pytest.mark.timeout(240)
+def test_a_large_workspace_is_searchable_by_keywords_before_its_vectors_are_built(pipeline):
+    """While files wait behind each other, each is written with its keyword text at once and embedded later: every file is keyword-searchable long before the vectors are done, vector search never returns a row without its vector, and the watcher counts those files until their vectors land."""
+    import numpy as np
+
+    from daemons.lib.indexing import is_pending
+
+    d, root, wid = pipeline
+    (root / "first.py").write_text(py_module(100))
+    d.start(WSCTX_FAULT_EMBED_DELAY_MS="400")  # a slow machine: 30 files need 12 s of embedding
+    wait_synced(d, root)  # one file with its vectors
+    make_batch(root, 30)
+    store = wait_until(lambda: (s := open_table(d.data_dir, root)) is not None and len(s.catalog()) == 31 and s, 60,
+                       message=lambda: d.log_tail())
+    catalog = store.catalog()
+    waiting = [p for p, h in catalog.items() if is_pending(h)]
+    assert len(waiting) >= 10, catalog
+    last = sorted(waiting)[-1]
+    word = "handler_" + last.split("_")[-1].removesuffix(".py").lstrip("0") if last.split("_")[-1] != "00.py" else "handler_0"
+    assert any(r["path"] == last for r in store.keyword_search(word, 5)), word
+    probe = np.random.default_rng(0).standard_normal(store.meta["dim"]).astype(np.float32)
+    hits = store.vector_search(probe / np.linalg.norm(probe), 20)
+    assert hits and not any(is_pending(h["content_hash"]) for h in hits)  # the embedded file's rows only
+    # the watcher reads the table every 2 s while it waits for what it sent
+    wait_until(lambda: d.status("watcher").details["workspaces"][wid]["vectors_pending"] > 0, 8)
+    wait_synced(d, root)
+    final = open_table(d.data_dir, root)
+    assert not any(is_pending(h) for h in final.catalog().values()) and final.vectors_pending() == 0
+    assert d.counter("embedder", "files.keywords_first") >= 10
+    assert {h["path"] for h in final.vector_search(probe / np.linalg.norm(probe), 20)} > {h["path"] for h in hits}

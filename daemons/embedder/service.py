@@ -2,7 +2,10 @@
 
 Input (PULL ``embedder.in``): ``chunks.batch`` and ``file.deleted`` from the chunker. Each batch
 is windowed, given keyword text, embedded, and replaces the file's rows in one commit; a batch
-whose hash the table already holds costs nothing. ``embed_query_request`` is answered on the
+whose hash the table already holds costs nothing. While more batches wait behind one
+(``keywords_first``), its rows are written at once with their keyword text and no vectors (marked
+pending, skipped by vector search) and the file is embedded later, when nothing waits: a large
+workspace is searchable by keywords long before its vectors are built. ``embed_query_request`` is answered on the
 ROUTER ``embedder.query`` by its own thread with its own one-thread model session, so a question
 never waits behind indexing; indexing runs ``index_nice`` steps below it for the CPU.
 A table built with other settings or another model is left alone and reported as
@@ -14,6 +17,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -21,7 +25,7 @@ import zmq
 
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
-from daemons.lib.indexing import build_rows, chunk_shape, index_meta
+from daemons.lib.indexing import build_rows, chunk_shape, index_meta, keyword_rows, pending_hash, plan_rows
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded
 from daemons.lib.vectorcache import VectorCache, cache_file
@@ -33,6 +37,8 @@ from protocol.schema import ChunkBatch, EmbedQueryReply, FileDeleted, RebuildRep
 
 #: Fault injection for tests: every query embedding sleeps this long first.
 FAULT_QUERY_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_QUERY_DELAY_MS", "0"))
+#: Fault injection for tests: embedding a file's windows sleeps this long first (a slow machine).
+FAULT_EMBED_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_DELAY_MS", "0"))
 #: After a table write failed (read-only or full disk), ask for a forced reconcile this often.
 WRITE_RETRY_S = 5.0
 
@@ -57,6 +63,8 @@ class Embedder:
         self.model = None  # indexing (embed_threads, at the lowered priority)
         self.query_model = None  # questions (one thread, normal priority)
         self.vectors: VectorCache | None = None  # window vectors by content (vectorcache.py)
+        #: files whose rows were written without vectors, oldest first: (workspace, path) -> batch
+        self.vector_queue: OrderedDict[tuple[str, str], ChunkBatch] = OrderedDict()
         self.model_error = ""
         self.chunker_problem = ""
         self.queue_depth = 0
@@ -111,7 +119,8 @@ class Embedder:
 
     # ------------------------------------------------------------------ indexing
 
-    def handle(self, frames: list[bytes]) -> None:
+    def handle(self, frames: list[bytes], backlog: bool = False) -> None:
+        """Apply one chunker message; with *backlog* (more wait behind it) a batch's vectors may wait."""
         started = time.perf_counter()
         try:
             msg = envelope.decode(frames)
@@ -137,8 +146,11 @@ class Embedder:
         if idx.store is None:
             self.stats.incr("batches.refused")
             return
+        self._guarded(body, idx, started, backlog)
+
+    def _guarded(self, body: ChunkBatch | FileDeleted, idx: WorkspaceIndex, started: float, backlog: bool) -> None:
         try:
-            self._apply(body, idx, started)
+            self._apply(body, idx, started, backlog)
         except Exception as exc:  # noqa: BLE001 - a table that cannot be written (read-only or full disk): keep serving
             self._write_failed(body.workspace, body.path, exc)
             with self.lock:
@@ -147,9 +159,18 @@ class Embedder:
                 except Exception:  # noqa: BLE001 - unreadable too: forget it, the next write re-reads
                     idx.catalog = {}
 
-    def _apply(self, body: ChunkBatch | FileDeleted, idx: WorkspaceIndex, started: float) -> None:
+    def _embed_next_pending(self) -> None:
+        """Give the oldest file written without vectors its vectors (nothing else waits)."""
+        (wid, path), batch = self.vector_queue.popitem(last=False)
+        idx = self.indexes.get(wid)
+        if idx is None or idx.store is None or idx.catalog.get(path) != pending_hash(batch.content_hash):
+            return  # removed, rebuilt or changed since: what the table holds now decides
+        self._guarded(batch, idx, time.perf_counter(), backlog=False)
+
+    def _apply(self, body: ChunkBatch | FileDeleted, idx: WorkspaceIndex, started: float, backlog: bool = False) -> None:
         with self.lock:
             if isinstance(body, FileDeleted):
+                self.vector_queue.pop((body.workspace, body.path), None)
                 if body.path in idx.catalog:
                     idx.store.delete_file(body.path)
                     idx.catalog.pop(body.path, None)
@@ -165,7 +186,18 @@ class Embedder:
             if idx.catalog.get(body.path) == body.content_hash:
                 self.stats.incr("files.unchanged")
                 return
+            key = (body.workspace, body.path)
+            waiting = self.vector_queue.get(key)
+            if waiting is not None and waiting.content_hash == body.content_hash and idx.catalog.get(body.path) == pending_hash(body.content_hash):
+                self.stats.incr("files.unchanged")  # sent again while its vectors wait: they are coming
+                return
+            if backlog and self.s.keywords_first and body.chunks and not self._windows_held(body):
+                self._write_keywords_first(body, idx, started)
+                return
+            self.vector_queue.pop(key, None)
             t0 = time.perf_counter()
+            if FAULT_EMBED_DELAY_MS:
+                time.sleep(FAULT_EMBED_DELAY_MS / 1000)
             rows, cached = self._build_rows(body)
             embed_ms = (time.perf_counter() - t0) * 1000
             t1 = time.perf_counter()
@@ -186,6 +218,32 @@ class Embedder:
             embed_ms=round(embed_ms, 2), write_ms=round(write_ms, 2), optimized=optimized,
             ms=round((time.perf_counter() - started) * 1000, 2),
         )
+
+    def _windows_held(self, body: ChunkBatch) -> bool:
+        """Whether the window cache holds every window of the batch (then its vectors cost nothing now)."""
+        if self.vectors is None:
+            return False
+        _, texts = plan_rows(body.path, body.content_hash, body.chunks, self.s)
+        try:
+            keys = self.vectors.keys(texts)
+            return len(self.vectors.get_many(keys)) == len(set(keys))
+        except sqlite3.Error:
+            return False
+
+    def _write_keywords_first(self, body: ChunkBatch, idx: WorkspaceIndex, started: float) -> None:
+        """Write the file's rows with keyword text and no vectors now; queue its vectors."""
+        t0 = time.perf_counter()
+        rows = keyword_rows(body.path, body.content_hash, body.chunks, self.s, self.model.dim)
+        idx.store.replace_file(body.path, rows)
+        idx.catalog[body.path] = pending_hash(body.content_hash)
+        self.vector_queue[(body.workspace, body.path)] = body
+        self.vector_queue.move_to_end((body.workspace, body.path))
+        optimized = idx.store.optimize_if_due(self.s.optimize_every)
+        self.write_error = ""
+        self.stats.incr("files.keywords_first")
+        self.log.info("indexed_keywords", workspace=body.workspace, path=body.path, rows=len(rows), vectors_waiting=len(self.vector_queue),
+                      write_ms=round((time.perf_counter() - t0) * 1000, 2), optimized=optimized,
+                      ms=round((time.perf_counter() - started) * 1000, 2))
 
     def _build_rows(self, body: ChunkBatch) -> tuple[list[dict[str, Any]], int]:
         """The file's rows and how many vectors the window cache held; a cache that fails is
@@ -285,7 +343,8 @@ class Embedder:
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "chunker_problem": self.chunker_problem,
                                "write_error": self.write_error, "writes_failed": self.stats.snapshot().get("writes.failed", 0), "workspaces": {},
-                               "vector_cache": {"rows": self.vectors.rows, "max_rows": self.vectors.max_rows} if self.vectors is not None else None}
+                               "vector_cache": {"rows": self.vectors.rows, "max_rows": self.vectors.max_rows} if self.vectors is not None else None,
+                               "vectors_waiting": len(self.vector_queue)}
         for wid, idx in list(self.indexes.items()):
             entry: dict[str, Any] = {"root": idx.root, "problem": idx.problem}
             if idx.store is not None:
@@ -337,9 +396,15 @@ class Embedder:
                 self.stop.wait(0.5)
                 continue
             self._retry_failed_writes()
-            if poller.poll(200):
-                self.handle(self.pull.recv_multipart())
-                self.queue_depth = self.pull.getsockopt(zmq.EVENTS) & zmq.POLLIN
+            if poller.poll(0 if self.vector_queue else 200):
+                frames = self.pull.recv_multipart()
+                backlog = bool(self.pull.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+                self.handle(frames, backlog)
+                self.queue_depth = int(backlog) + len(self.vector_queue)
+                idle_since = time.monotonic()
+            elif self.vector_queue:  # nothing arrived: the vectors that wait, one file at a time
+                self._embed_next_pending()
+                self.queue_depth = len(self.vector_queue)
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > 2.0:
                 self._optimize_idle()

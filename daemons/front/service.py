@@ -273,11 +273,7 @@ class Front:
         ]
         prompt = assembly.prompt_text(req.question, blocks)
         progress = self._index_progress(wid)
-        if progress.get("pending"):
-            total = progress.get("files", 0)
-            done = progress.get("indexed_files", 0)
-            pct = int(100 * done / total) if total else 0
-            degraded.append(f"index {pct}% built ({done} of {total} files, {progress['pending']} pending)")
+        degraded += assembly.progress_notes(progress)
         kept_labels = [(assembly.label(b), b.score if probs is not None else None) for b in blocks if b.kind == assembly.CODE and not b.team]
         near_labels = [(assembly.span_label(c.path, c.start_line, c.end_line), p) for c, p in near]
         weighted = assembly.weights_note((c.path, c.weight) for c in candidates)

@@ -444,6 +444,23 @@ def changed_note(changes: Iterable[str]) -> str:
     return f"{total} block{'s' if total != 1 else ''} changed since indexed ({parts})"
 
 
+def progress_notes(progress: Mapping[str, object]) -> list[str]:
+    """What the watcher's counts of a workspace say about the answer: ``index N% built`` while
+    files are not in the table yet (or stale), else ``vectors N% built`` while files are in it
+    with their keyword text only; nothing once every file is fully indexed."""
+    pending = int(progress.get("pending") or 0)
+    if not pending:
+        return []
+    total = int(progress.get("files") or 0)
+    keyword_only = int(progress.get("vectors_pending") or 0)
+    if pending > keyword_only:
+        done = int(progress.get("indexed_files") or 0)
+        pct = int(100 * done / total) if total else 0
+        return [f"index {pct}% built ({done} of {total} files, {pending} pending)"]
+    pct = int(100 * (total - keyword_only) / total) if total else 0
+    return [f"vectors {pct}% built ({keyword_only} of {total} files searched by keywords only)"]
+
+
 #: Focus files named in the context line; more are counted.
 FOCUS_NOTE_FILES = 3
 

@@ -70,6 +70,10 @@ class Settings:
     # window vectors kept by content (model, text), so a window embedded before is never embedded
     # again: a branch switch or a second copy of a repository costs only its new windows; 0: none
     vector_cache_rows: int = 100_000
+    # while more files wait, write a file's rows with their keyword text at once and embed it when
+    # nothing waits, so a large workspace is keyword-searchable long before its vectors are built;
+    # false: every row is written with its vector (SPEC)
+    keywords_first: bool = True
     optimize_every: int = 50  # table writes between compactions / FTS folds
     # searching
     vector_k: int = 20

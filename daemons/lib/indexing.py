@@ -11,6 +11,7 @@ import numpy as np
 from daemons.lib.chunking import CHUNKER_VERSION
 from daemons.lib.config import Settings
 from daemons.lib.keywords import keyword_text
+from daemons.lib.store import PENDING_PREFIX
 from daemons.lib.vectorcache import VectorCache
 from daemons.lib.windows import embed_text, window_texts
 
@@ -53,6 +54,28 @@ def index_meta(settings: Settings, embedder: DocumentEmbedder, root: str) -> dic
 
 def chunk_id(path: str, content_hash: str, index: int) -> str:
     return f"{path}|{content_hash}|{index}"
+
+
+def pending_hash(content_hash: str) -> str:
+    return PENDING_PREFIX + content_hash
+
+
+def is_pending(content_hash: str | None) -> bool:
+    return bool(content_hash) and content_hash.startswith(PENDING_PREFIX)
+
+
+def keyword_rows(path: str, content_hash: str, chunks: Sequence[ChunkLike], settings: Settings, dim: int) -> list[dict[str, Any]]:
+    """A file's rows with their keyword text and a stand-in vector, marked pending
+    (:data:`PENDING_PREFIX`), for keyword search while the real vectors wait; the chunk ids are the
+    final rows' ids. The stand-in is a unit vector, not zeros: a cosine index built or folded over
+    such rows never meets a zero norm (vector search skips them by their mark anyway)."""
+    rows, _ = plan_rows(path, content_hash, chunks, settings)
+    stand_in = np.zeros(dim, dtype=np.float32)
+    stand_in[0] = 1.0
+    for row in rows:
+        row["content_hash"] = pending_hash(content_hash)
+        row["vector"] = stand_in
+    return rows
 
 
 def chunk_content_hash(cid: str) -> str:

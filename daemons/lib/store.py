@@ -88,6 +88,13 @@ def path_filter(paths: Iterable[str]) -> str:
     return "path IN (" + ", ".join(sql_str(p) for p in paths) + ")"
 
 
+#: A file's rows written before their vectors carry this in front of its content hash
+#: (``indexing.keyword_rows``): keyword search finds them, vector search skips them (their vectors
+#: are stand-ins), and the watcher counts the file as not yet fully indexed, so it is sent again after
+#: a restart.
+PENDING_PREFIX = "pending:"
+PENDING_LIKE = PENDING_PREFIX + "%"
+
 SEARCH_COLUMNS = ["id", "chunk_id", "path", "content_hash", "chunk_index", "window", "start_line", "end_line", "language", "text"]
 
 
@@ -126,6 +133,7 @@ class IndexStore:
         #: files given their whole-file document when the writer opened the table (an older table)
         self.file_keywords_filled = 0
         self._paths: tuple[int, frozenset[str]] | None = None
+        self._pending: tuple[int, int] | None = None
         #: (table version, monotonic time when counted, (term -> files, files)) of document_frequencies
         self._df: tuple[int, float, tuple[dict[str, int], int]] | None = None
         self._df_thread: threading.Thread | None = None
@@ -347,13 +355,26 @@ class IndexStore:
         files = len(self.catalog()) if rows else 0
         return {"files": files, "chunks": chunks, "rows": rows}
 
+    def vectors_pending(self) -> int:
+        """Files whose rows are written but wait for their vectors (``indexing.PENDING_PREFIX``),
+        counted once per table version."""
+        version = self.table.version
+        cached = self._pending
+        if cached is None or cached[0] != version:
+            n = self.table.count_rows(f"window = 0 AND chunk_index = 0 AND content_hash LIKE '{PENDING_LIKE}'")
+            cached = self._pending = (version, n)
+        return cached[1]
+
     def vector_search(self, vector: np.ndarray, k: int, paths: list[str] | None = None) -> list[dict[str, Any]]:
         q = self.table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector").distance_type("cosine")
         if not paths:
             # With an ANN index, re-rank a wider pool exactly so recall stays near a flat scan.
             q = q.refine_factor(4) if hasattr(q, "refine_factor") else q
-        if paths:
-            q = q.where(path_filter(paths), prefilter=True)
+        where = [path_filter(paths)] if paths else []
+        if self.vectors_pending():  # rows still waiting for their vectors hold a stand-in: never a vector hit
+            where.append(f"content_hash NOT LIKE '{PENDING_LIKE}'")
+        if where:
+            q = q.where(" AND ".join(f"({w})" for w in where), prefilter=True)
         # Over-fetch windows: results are folded to one hit per chunk afterwards.
         return q.select([*SEARCH_COLUMNS, "_distance"]).limit(k * 3).to_list()
 

@@ -21,6 +21,7 @@ from watchdog.observers import Observer
 
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
+from daemons.lib.indexing import pending_hash
 from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file, newest_first
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore
@@ -314,6 +315,8 @@ class Watcher:
                         "files": len(ws.disk),
                         "indexed_files": sum(1 for p, h in ws.disk.items() if ws.table.get(p) == h),
                         "pending": ws.pending(),
+                        # written with keyword text, vectors still to come (searched by keywords only)
+                        "vectors_pending": sum(1 for p, h in ws.disk.items() if ws.table.get(p) == pending_hash(h)),
                         "skipped": len(ws.skipped),
                         "last_reconcile": ws.last_reconcile,
                     }
