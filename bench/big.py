@@ -30,7 +30,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from daemons.lib.config import load_settings  # noqa: E402
-from daemons.lib.runtime import control_request, wait_ready  # noqa: E402
+from bench.processes import start_daemons, stop_daemons  # noqa: E402
+from daemons.lib.runtime import control_request  # noqa: E402
 from daemons.lib.workspaces import Registry  # noqa: E402
 from protocol.schema import StatusRequest  # noqa: E402
 
@@ -71,11 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     samples: list[dict[str, Any]] = []
     keyword_ready_s = vectors_done_s = None
     try:
-        for name in DAEMONS:
-            procs[name] = subprocess.Popen([sys.executable, "-m", f"daemons.{name}"], env=env, cwd=REPO,
-                                           stdout=open(tmp / f"{name}.log", "w"), stderr=subprocess.STDOUT)
-        for name in DAEMONS:
-            wait_ready(settings.control_endpoint(name), timeout_s=120)
+        procs = start_daemons(DAEMONS, env, tmp, settings, cwd=REPO, ready_s=120)
         started = time.monotonic()
         last_print = 0.0
         while True:
@@ -96,13 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             time.sleep(2.0)
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_daemons(procs.values())
     last = samples[-1]
     elapsed = last["t_s"]
     # windows/s over the stretch after every file was keyword-searchable (the embedding alone)

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from daemons.lib.config import load_settings
-from daemons.lib.runtime import Client, control_request, wait_ready
+from bench.processes import start_daemons, stop_daemons
+from daemons.lib.runtime import Client, control_request
 from daemons.lib.workspaces import Registry
 from protocol.schema import AskRequest, StatusRequest
 
@@ -76,13 +77,10 @@ def main(argv: list[str] | None = None) -> int:
                WSCTX_RERANK_CACHE_PAIRS="0", WSCTX_QUESTION_DEADLINE_MS="0")
     settings = load_settings(env=env)
     wid, _ = Registry(settings.data_dir).add(ws)
-    procs = []
+    procs: dict[str, subprocess.Popen] = {}
     results: dict[str, object] = {"workspace": args.workspace, "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count()}
     try:
-        for name in DAEMONS:
-            procs.append(subprocess.Popen([sys.executable, "-m", f"daemons.{name}"], env=env, stdout=open(tmp / f"{name}.log", "w"), stderr=subprocess.STDOUT))
-        for name in DAEMONS:
-            wait_ready(settings.control_endpoint(name), timeout_s=90)
+        procs = start_daemons(DAEMONS, env, tmp, settings)
         while True:
             st = control_request(settings.control_endpoint("watcher"), StatusRequest()).body.details["workspaces"].get(wid, {})
             if st.get("files") and st.get("pending") == 0:
@@ -110,13 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         results["degraded_warm"] = sum(1 for r in warm if r.degraded)
         results["degraded_cold"] = sum(1 for r in cold if r.degraded)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_daemons(procs.values())
     for mode in ("warm", "cold"):
         print(f"\n{mode} ({args.questions} questions)")
         print(f"{'stage':<10} {'median ms':>10} {'p95 ms':>10}")

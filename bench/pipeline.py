@@ -28,7 +28,8 @@ import uuid
 from pathlib import Path
 
 from daemons.lib.config import load_settings
-from daemons.lib.runtime import control_request, wait_ready
+from bench.processes import start_daemons, stop_daemons
+from daemons.lib.runtime import control_request
 from daemons.lib.store import IndexStore
 from daemons.lib.workspaces import Registry, index_dir
 from protocol.schema import ReconcileRequest, StatusRequest, WorkspaceAddRequest
@@ -107,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: dict[str, subprocess.Popen] = {}
     started = time.perf_counter()
     try:
-        for name in DAEMONS:
-            log = open(tmp / f"{name}.log", "w")
-            procs[name] = subprocess.Popen([sys.executable, "-m", f"daemons.{name}"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        for name in DAEMONS:
-            wait_ready(settings.control_endpoint(name), timeout_s=60)
+        procs = start_daemons(DAEMONS, env, tmp, settings)
         wait_indexed(settings, wid, args.timeout)
         full_s = time.perf_counter() - started
         store = IndexStore.open_reader(index_dir(settings.data_dir, wid))
@@ -136,13 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         memory = {name: round(vm_hwm_mb(p.pid), 1) for name, p in procs.items()}
         disk = sum(f.stat().st_size for f in Path(index_dir(settings.data_dir, wid)).rglob("*") if f.is_file())
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_daemons(procs.values())
     result = {
         "workspace": args.workspace,
         "date": time.strftime("%Y-%m-%d"),

@@ -39,6 +39,9 @@ from protocol.schema import ChunkBatch, EmbedQueryReply, FileDeleted, RebuildRep
 FAULT_QUERY_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_QUERY_DELAY_MS", "0"))
 #: Fault injection for tests: embedding a file's windows sleeps this long first (a slow machine).
 FAULT_EMBED_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_DELAY_MS", "0"))
+#: At most this many waiting chunker messages are taken together; their keywords-first files are
+#: written in one commit (a commit scans the table, so one per file grows with the table).
+KEYWORD_BURST = 64
 #: After a table write failed (read-only or full disk), ask for a forced reconcile this often.
 WRITE_RETRY_S = 5.0
 
@@ -121,19 +124,52 @@ class Embedder:
 
     def handle(self, frames: list[bytes], backlog: bool = False) -> None:
         """Apply one chunker message; with *backlog* (more wait behind it) a batch's vectors may wait."""
+        prepared = self._prepare(frames)
+        if prepared is not None:
+            self._guarded(*prepared, backlog)
+
+    def handle_burst(self, messages: list[list[bytes]]) -> None:
+        """Apply chunker messages that arrived together (a backlog), in order: the batches that go
+        keywords first are written together, one commit per workspace, instead of one each."""
+        group: dict[str, tuple[WorkspaceIndex, list[ChunkBatch]]] = {}
+
+        def flush() -> None:
+            for idx, batches in group.values():
+                self._guarded_keywords(batches, idx)
+            group.clear()
+
+        for frames in messages:
+            prepared = self._prepare(frames)
+            if prepared is None:
+                continue
+            body, idx, started = prepared
+            if isinstance(body, ChunkBatch) and self._goes_keywords_first(body, idx, backlog=True):
+                batches = group.setdefault(body.workspace, (idx, []))[1]
+                if any(b.path == body.path for b in batches):  # a second version of one file: the first goes in first
+                    flush()
+                    batches = group.setdefault(body.workspace, (idx, []))[1]
+                batches.append(body)
+                continue
+            flush()
+            self._guarded(body, idx, started, True)
+        flush()
+
+    def _prepare(self, frames: list[bytes]) -> tuple[ChunkBatch | FileDeleted, WorkspaceIndex, float] | None:
+        """Decode and check one chunker message and find its workspace's table; None (counted and
+        logged) when it cannot be applied."""
         started = time.perf_counter()
         try:
             msg = envelope.decode(frames)
         except ProtocolError as exc:
             self.stats.incr("messages.bad")
             self.log.warning("bad_message", error=exc.message)
-            return
+            return None
         body = msg.body
         if not isinstance(body, (ChunkBatch, FileDeleted)):
             self.stats.incr("messages.unexpected")
             self.stats.incr("messages.bad")
             self.log.warning("unexpected_message", msg_type=msg.msg_type)
-            return
+            return None
         try:
             check_event(self.registry, body.workspace, body.root, body.path)
             if isinstance(body, ChunkBatch):
@@ -141,23 +177,44 @@ class Embedder:
         except ProtocolError as exc:
             self.stats.incr("messages.bad")
             self.log.warning("bad_event", workspace=body.workspace, path=body.path, error=exc.message)
-            return
+            return None
         idx = self.index_for(body.workspace, body.root)
         if idx.store is None:
             self.stats.incr("batches.refused")
-            return
-        self._guarded(body, idx, started, backlog)
+            return None
+        return body, idx, started
 
     def _guarded(self, body: ChunkBatch | FileDeleted, idx: WorkspaceIndex, started: float, backlog: bool) -> None:
         try:
             self._apply(body, idx, started, backlog)
         except Exception as exc:  # noqa: BLE001 - a table that cannot be written (read-only or full disk): keep serving
-            self._write_failed(body.workspace, body.path, exc)
+            self._write_failed_reread(body.workspace, body.path, exc, idx)
+
+    def _guarded_keywords(self, batches: list[ChunkBatch], idx: WorkspaceIndex) -> None:
+        try:
             with self.lock:
-                try:
-                    idx.catalog = idx.store.catalog()
-                except Exception:  # noqa: BLE001 - unreadable too: forget it, the next write re-reads
-                    idx.catalog = {}
+                self._write_keywords_first(batches, idx, time.perf_counter())
+        except Exception as exc:  # noqa: BLE001 - as in _guarded
+            self._write_failed_reread(batches[0].workspace, batches[0].path, exc, idx)
+
+    def _write_failed_reread(self, wid: str, path: str, exc: BaseException, idx: WorkspaceIndex) -> None:
+        """A failed write: count and log it, and read back what the table holds now."""
+        self._write_failed(wid, path, exc)
+        with self.lock:
+            try:
+                idx.catalog = idx.store.catalog()
+            except Exception:  # noqa: BLE001 - unreadable too: forget it, the next write re-reads
+                idx.catalog = {}
+
+    def _more(self, n: int) -> list[list[bytes]]:
+        """Up to *n* more messages that are already waiting (never blocks)."""
+        out: list[list[bytes]] = []
+        while len(out) < n:
+            try:
+                out.append(self.pull.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+        return out
 
     def _embed_next_pending(self) -> None:
         """Give the oldest file written without vectors its vectors (nothing else waits)."""
@@ -177,24 +234,12 @@ class Embedder:
                     self.stats.incr("files.removed")
                     self.log.info("removed", workspace=body.workspace, path=body.path, reason=body.reason, ms=round((time.perf_counter() - started) * 1000, 2))
                 return
-            if body.chunk_shape and body.chunk_shape != chunk_shape(self.s):
-                # A chunker running with other chunk settings: its rows would not match the table's recorded shape.
-                self.stats.incr("batches.shape_mismatch")
-                self.chunker_problem = f"chunker sends chunks shaped {body.chunk_shape}, this index expects {chunk_shape(self.s)}: restart the chunker with the same settings"
-                self.log.error("chunk_shape_mismatch", workspace=body.workspace, path=body.path, got=body.chunk_shape, expected=chunk_shape(self.s))
+            if not self._wanted(body, idx):
                 return
-            if idx.catalog.get(body.path) == body.content_hash:
-                self.stats.incr("files.unchanged")
+            if self._goes_keywords_first(body, idx, backlog):
+                self._write_keywords_first([body], idx, started)
                 return
-            key = (body.workspace, body.path)
-            waiting = self.vector_queue.get(key)
-            if waiting is not None and waiting.content_hash == body.content_hash and idx.catalog.get(body.path) == pending_hash(body.content_hash):
-                self.stats.incr("files.unchanged")  # sent again while its vectors wait: they are coming
-                return
-            if backlog and self.s.keywords_first and body.chunks and not self._windows_held(body):
-                self._write_keywords_first(body, idx, started)
-                return
-            self.vector_queue.pop(key, None)
+            self.vector_queue.pop((body.workspace, body.path), None)
             t0 = time.perf_counter()
             if FAULT_EMBED_DELAY_MS:
                 time.sleep(FAULT_EMBED_DELAY_MS / 1000)
@@ -219,6 +264,34 @@ class Embedder:
             ms=round((time.perf_counter() - started) * 1000, 2),
         )
 
+    def _skip_reason(self, body: ChunkBatch, idx: WorkspaceIndex) -> str:
+        """Why the batch changes nothing ("shape" or "unchanged"), "" when it is wanted."""
+        if body.chunk_shape and body.chunk_shape != chunk_shape(self.s):
+            return "shape"
+        if idx.catalog.get(body.path) == body.content_hash:
+            return "unchanged"
+        waiting = self.vector_queue.get((body.workspace, body.path))
+        if waiting is not None and waiting.content_hash == body.content_hash and idx.catalog.get(body.path) == pending_hash(body.content_hash):
+            return "unchanged"  # sent again while its vectors wait: they are coming
+        return ""
+
+    def _wanted(self, body: ChunkBatch, idx: WorkspaceIndex) -> bool:
+        """Whether the batch changes anything (else it is counted and logged here)."""
+        reason = self._skip_reason(body, idx)
+        if reason == "shape":
+            # A chunker running with other chunk settings: its rows would not match the table's recorded shape.
+            self.stats.incr("batches.shape_mismatch")
+            self.chunker_problem = f"chunker sends chunks shaped {body.chunk_shape}, this index expects {chunk_shape(self.s)}: restart the chunker with the same settings"
+            self.log.error("chunk_shape_mismatch", workspace=body.workspace, path=body.path, got=body.chunk_shape, expected=chunk_shape(self.s))
+        elif reason == "unchanged":
+            self.stats.incr("files.unchanged")
+        return not reason
+
+    def _goes_keywords_first(self, body: ChunkBatch, idx: WorkspaceIndex, backlog: bool) -> bool:
+        """With more waiting, a wanted batch whose windows are not all cached is written keywords first."""
+        return (backlog and self.s.keywords_first and bool(body.chunks) and not self._skip_reason(body, idx)
+                and not self._windows_held(body))
+
     def _windows_held(self, body: ChunkBatch) -> bool:
         """Whether the window cache holds every window of the batch (then its vectors cost nothing now)."""
         if self.vectors is None:
@@ -230,18 +303,21 @@ class Embedder:
         except sqlite3.Error:
             return False
 
-    def _write_keywords_first(self, body: ChunkBatch, idx: WorkspaceIndex, started: float) -> None:
-        """Write the file's rows with keyword text and no vectors now; queue its vectors."""
+    def _write_keywords_first(self, batches: list[ChunkBatch], idx: WorkspaceIndex, started: float) -> None:
+        """Write these files' rows (one workspace, distinct paths) with keyword text and no vectors
+        now, in one commit; queue their vectors."""
         t0 = time.perf_counter()
-        rows = keyword_rows(body.path, body.content_hash, body.chunks, self.s, self.model.dim)
-        idx.store.replace_file(body.path, rows)
-        idx.catalog[body.path] = pending_hash(body.content_hash)
-        self.vector_queue[(body.workspace, body.path)] = body
-        self.vector_queue.move_to_end((body.workspace, body.path))
+        files = {b.path: keyword_rows(b.path, b.content_hash, b.chunks, self.s, self.model.dim) for b in batches}
+        idx.store.replace_files(files)
+        for b in batches:
+            idx.catalog[b.path] = pending_hash(b.content_hash)
+            self.vector_queue[(b.workspace, b.path)] = b
+            self.vector_queue.move_to_end((b.workspace, b.path))
         optimized = idx.store.optimize_if_due(self.s.optimize_every)
         self.write_error = ""
-        self.stats.incr("files.keywords_first")
-        self.log.info("indexed_keywords", workspace=body.workspace, path=body.path, rows=len(rows), vectors_waiting=len(self.vector_queue),
+        self.stats.incr("files.keywords_first", len(batches))
+        self.log.info("indexed_keywords", workspace=idx.wid, files=len(batches), paths=[b.path for b in batches[:5]],
+                      rows=sum(map(len, files.values())), vectors_waiting=len(self.vector_queue),
                       write_ms=round((time.perf_counter() - t0) * 1000, 2), optimized=optimized,
                       ms=round((time.perf_counter() - started) * 1000, 2))
 
@@ -399,7 +475,11 @@ class Embedder:
             if poller.poll(0 if self.vector_queue else 200):
                 frames = self.pull.recv_multipart()
                 backlog = bool(self.pull.getsockopt(zmq.EVENTS) & zmq.POLLIN)
-                self.handle(frames, backlog)
+                if backlog and self.s.keywords_first:
+                    self.handle_burst([frames, *self._more(KEYWORD_BURST - 1)])
+                    backlog = bool(self.pull.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+                else:
+                    self.handle(frames, backlog)
                 self.queue_depth = int(backlog) + len(self.vector_queue)
                 idle_since = time.monotonic()
             elif self.vector_queue:  # nothing arrived: the vectors that wait, one file at a time

@@ -243,19 +243,27 @@ class IndexStore:
 
     def replace_file(self, path: str, rows: list[dict[str, Any]]) -> None:
         """Make ``rows`` the file's only rows, in one commit (no moment with both or neither)."""
+        self.replace_files({path: rows})
+
+    def replace_files(self, files: dict[str, list[dict[str, Any]]]) -> None:
+        """Make each file's rows its only rows, all in one commit: a commit scans the table, so
+        many small files written together cost one scan instead of one each."""
         with self._lock:
-            if not rows:
+            empty = [p for p, rows in files.items() if not rows]
+            full = {p: rows for p, rows in files.items() if rows}
+            if full:
+                data = pa.Table.from_pylist([r for p, rows in full.items() for r in attach_file_keywords(p, rows)], schema=self.table.schema)
+                condition = f"path = {sql_str(next(iter(full)))}" if len(full) == 1 else path_filter(full)
+                (
+                    self.table.merge_insert("id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .when_not_matched_by_source_delete(condition)
+                    .execute(data)
+                )
+                self._wrote()
+            for path in empty:
                 self.delete_file(path)
-                return
-            data = pa.Table.from_pylist(attach_file_keywords(path, rows), schema=self.table.schema)
-            (
-                self.table.merge_insert("id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .when_not_matched_by_source_delete(f"path = {sql_str(path)}")
-                .execute(data)
-            )
-            self._wrote()
 
     def delete_file(self, path: str) -> None:
         self.table.delete(f"path = {sql_str(path)}")

@@ -1,0 +1,36 @@
+"""The daemons a benchmark runs as plain processes (no supervisord): started, waited for, stopped."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from daemons.lib.config import Settings
+from daemons.lib.runtime import wait_ready
+
+
+def start_daemons(names: Iterable[str], env: dict[str, str], logs: Path, settings: Settings,
+                  cwd: Path | None = None, ready_s: float = 90.0) -> dict[str, subprocess.Popen]:
+    """``python -m daemons.<name>`` for each name, logging to ``logs/<name>.log``; returns once
+    every one answers on its control socket."""
+    procs: dict[str, subprocess.Popen] = {}
+    for name in names:
+        procs[name] = subprocess.Popen([sys.executable, "-m", f"daemons.{name}"], env=env, cwd=cwd,
+                                       stdout=open(logs / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+    for name in procs:
+        wait_ready(settings.control_endpoint(name), timeout_s=ready_s)
+    return procs
+
+
+def stop_daemons(procs: Iterable[subprocess.Popen], timeout_s: float = 15.0) -> None:
+    """SIGTERM each, then SIGKILL whichever is still up after *timeout_s*."""
+    procs = list(procs)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
