@@ -23,11 +23,11 @@ class CountingEmbedder:
 
 
 def test_a_window_embedded_once_is_never_embedded_again_even_after_reopening(tmp_path: Path):
-    """Texts seen before come back from the cache, bit for bit, in order, also from a new connection; only new texts reach the model."""
+    """Texts seen before (or earlier in the same call) come back from the cache, bit for bit, in order, also from a new connection; only new texts reach the model."""
     emb = CountingEmbedder()
     cache = VectorCache(tmp_path / "m.sqlite", "model-a", emb.dim, max_rows=100)
     first, cached = cache.embed(["a", "b", "a"], emb)
-    assert cached == 0 and emb.asked == ["a", "b", "a"]
+    assert cached == 1 and emb.asked == ["a", "b"]  # a text repeated in one call is embedded once
     assert np.array_equal(first[0], first[2])
     cache.close()
     again = VectorCache(tmp_path / "m.sqlite", "model-a", emb.dim, max_rows=100)

@@ -25,7 +25,7 @@ import zmq
 
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
-from daemons.lib.indexing import build_rows, chunk_shape, index_meta, keyword_rows, pending_hash, plan_rows
+from daemons.lib.indexing import chunk_shape, embed_rows, index_meta, keyword_rows, pending_hash, plan_rows
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded
 from daemons.lib.vectorcache import VectorCache, cache_file
@@ -42,6 +42,9 @@ FAULT_EMBED_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_DELAY_MS", "0"))
 #: At most this many waiting chunker messages are taken together; their keywords-first files are
 #: written in one commit (a commit scans the table, so one per file grows with the table).
 KEYWORD_BURST = 64
+#: Windows of waiting files embedded together (one model call, one commit): about 1.5 s of work on
+#: 2 cores, the longest a newly arrived change waits behind it.
+PENDING_GROUP_WINDOWS = 128
 #: After a table write failed (read-only or full disk), ask for a forced reconcile this often.
 WRITE_RETRY_S = 5.0
 
@@ -216,13 +219,54 @@ class Embedder:
                 break
         return out
 
-    def _embed_next_pending(self) -> None:
-        """Give the oldest file written without vectors its vectors (nothing else waits)."""
-        (wid, path), batch = self.vector_queue.popitem(last=False)
-        idx = self.indexes.get(wid)
-        if idx is None or idx.store is None or idx.catalog.get(path) != pending_hash(batch.content_hash):
-            return  # removed, rebuilt or changed since: what the table holds now decides
-        self._guarded(batch, idx, time.perf_counter(), backlog=False)
+    def _embed_pending_group(self) -> None:
+        """Give the oldest files written without vectors their vectors (nothing else waits): about
+        ``PENDING_GROUP_WINDOWS`` windows embedded in one call (small files batch together) and
+        written in one commit per workspace."""
+        started = time.perf_counter()
+        group: list[tuple[WorkspaceIndex, ChunkBatch, list[dict[str, Any]], list[str]]] = []
+        windows = 0
+        while self.vector_queue and windows < PENDING_GROUP_WINDOWS:
+            (wid, path), batch = self.vector_queue.popitem(last=False)
+            idx = self.indexes.get(wid)
+            if idx is None or idx.store is None or idx.catalog.get(path) != pending_hash(batch.content_hash):
+                continue  # removed, rebuilt or changed since: what the table holds now decides
+            rows, texts = plan_rows(batch.path, batch.content_hash, batch.chunks, self.s)
+            group.append((idx, batch, rows, texts))
+            windows += len(texts)
+        if not group:
+            return
+        if FAULT_EMBED_DELAY_MS:
+            time.sleep(FAULT_EMBED_DELAY_MS * len(group) / 1000)
+        all_rows = [r for _, _, rows, _ in group for r in rows]
+        cached = self._embed_rows(all_rows, [t for _, _, _, texts in group for t in texts])
+        embed_ms = (time.perf_counter() - started) * 1000
+        by_index: dict[str, tuple[WorkspaceIndex, list[tuple[ChunkBatch, list[dict[str, Any]]]]]] = {}
+        for idx, batch, rows, _ in group:
+            by_index.setdefault(idx.wid, (idx, []))[1].append((batch, rows))
+        for idx, files in by_index.values():
+            t0 = time.perf_counter()
+            try:
+                with self.lock:
+                    if self.indexes.get(idx.wid) is not idx:
+                        continue  # rebuilt or removed while embedding
+                    current = [(b, rows) for b, rows in files if idx.catalog.get(b.path) == pending_hash(b.content_hash)]
+                    idx.store.replace_files({b.path: rows for b, rows in current})
+                    for b, _ in current:
+                        idx.catalog[b.path] = b.content_hash
+                    optimized = idx.store.optimize_if_due(self.s.optimize_every)
+                    self.write_error = ""
+            except Exception as exc:  # noqa: BLE001 - as in _guarded
+                self._write_failed_reread(idx.wid, files[0][0].path, exc, idx)
+                continue
+            rows_n = sum(len(rows) for _, rows in current)
+            self.stats.incr("files.indexed", len(current))
+            self.stats.incr("rows.written", rows_n)
+            self.log.info("indexed_vectors", workspace=idx.wid, files=len(current), paths=[b.path for b, _ in current[:5]], rows=rows_n,
+                          vectors_waiting=len(self.vector_queue), embed_ms=round(embed_ms, 2),
+                          write_ms=round((time.perf_counter() - t0) * 1000, 2), optimized=optimized)
+        self.stats.incr("windows.cached", cached)
+        self.stats.incr("windows.embedded", len(all_rows) - cached)
 
     def _apply(self, body: ChunkBatch | FileDeleted, idx: WorkspaceIndex, started: float, backlog: bool = False) -> None:
         with self.lock:
@@ -322,15 +366,20 @@ class Embedder:
                       ms=round((time.perf_counter() - started) * 1000, 2))
 
     def _build_rows(self, body: ChunkBatch) -> tuple[list[dict[str, Any]], int]:
-        """The file's rows and how many vectors the window cache held; a cache that fails is
-        dropped (logged once) and the file embedded in full."""
+        """The file's rows and how many vectors the window cache held."""
+        rows, texts = plan_rows(body.path, body.content_hash, body.chunks, self.s)
+        return rows, self._embed_rows(rows, texts)
+
+    def _embed_rows(self, rows: list[dict[str, Any]], texts: list[str]) -> int:
+        """Give *rows* the vectors of *texts*; how many the window cache held. A cache that fails
+        is dropped (logged once) and the windows embedded in full."""
         if self.vectors is not None:
             try:
-                return build_rows(body.path, body.content_hash, body.chunks, self.s, self.model, self.vectors)
+                return embed_rows(rows, texts, self.model, self.vectors)
             except sqlite3.Error as exc:
                 self.log.error("vector_cache_failed", path=str(self.vectors.path), error=f"{type(exc).__name__}: {exc}")
                 self.vectors = None
-        return build_rows(body.path, body.content_hash, body.chunks, self.s, self.model)
+        return embed_rows(rows, texts, self.model)
 
     def _open_vector_cache(self) -> None:
         if self.s.vector_cache_rows <= 0 or self.model is None:
@@ -482,8 +531,8 @@ class Embedder:
                     self.handle(frames, backlog)
                 self.queue_depth = int(backlog) + len(self.vector_queue)
                 idle_since = time.monotonic()
-            elif self.vector_queue:  # nothing arrived: the vectors that wait, one file at a time
-                self._embed_next_pending()
+            elif self.vector_queue:  # nothing arrived: the vectors that wait, a group of files at a time
+                self._embed_pending_group()
                 self.queue_depth = len(self.vector_queue)
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > 2.0:

@@ -124,10 +124,3 @@ def embed_rows(rows: list[dict[str, Any]], texts: list[str], embedder: DocumentE
     for row, vec in zip(rows, vectors):
         row["vector"] = vec.astype(np.float32)
     return cached
-
-
-def build_rows(path: str, content_hash: str, chunks: Sequence[ChunkLike], settings: Settings, embedder: DocumentEmbedder,
-               cache: VectorCache | None = None) -> tuple[list[dict[str, Any]], int]:
-    """Rows with vectors, ready for ``IndexStore.replace_file``, and how many vectors *cache* held."""
-    rows, texts = plan_rows(path, content_hash, chunks, settings)
-    return rows, embed_rows(rows, texts, embedder, cache)

@@ -89,21 +89,23 @@ class VectorCache:
                 self.rows -= excess
 
     def embed(self, texts: list[str], embed: Callable[[list[str]], np.ndarray]) -> tuple[np.ndarray, int]:
-        """Vectors for *texts* (in order): held ones from the cache, the rest from *embed*, which
-        are then kept. Returns the vectors and how many came from the cache."""
+        """Vectors for *texts* (in order): held ones from the cache, the rest from *embed* (each
+        distinct text once), which are then kept. Returns the vectors and how many were not
+        embedded (held, or repeated in *texts*)."""
         keys = self.keys(texts)
         held = self.get_many(keys)
-        missing = [i for i, k in enumerate(keys) if k not in held]
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        if missing:
-            fresh = embed([texts[i] for i in missing])
-            new: dict[bytes, np.ndarray] = {}
-            for i, vec in zip(missing, fresh):
-                out[i] = vec
-                new.setdefault(keys[i], vec)
-            self.put_many(list(new.items()))
+        # each text not held is embedded once, however often it occurs here
+        first: dict[bytes, int] = {}
         for i, k in enumerate(keys):
-            if k in held:
-                out[i] = held[k]
-        return out, len(texts) - len(missing)
+            if k not in held:
+                first.setdefault(k, i)
+        if first:
+            fresh = embed([texts[i] for i in first.values()])
+            new = dict(zip(first, fresh))
+            self.put_many(list(new.items()))
+            held = {**held, **new}
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, k in enumerate(keys):
+            out[i] = held[k]
+        return out, len(texts) - len(first)
 
