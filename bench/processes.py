@@ -1,6 +1,7 @@
 """The daemons a benchmark runs as plain processes (no supervisord): started, waited for, stopped."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,9 @@ from daemons.lib.runtime import wait_ready
 def start_daemons(names: Iterable[str], env: dict[str, str], logs: Path, settings: Settings,
                   cwd: Path | None = None, ready_s: float = 90.0) -> dict[str, subprocess.Popen]:
     """``python -m daemons.<name>`` for each name, logging to ``logs/<name>.log``; returns once
-    every one answers on its control socket."""
+    every one answers on its control socket. A SIGTERM to the benchmark from then on exits it
+    through its ``finally`` (which stops them), instead of leaving them running."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     procs: dict[str, subprocess.Popen] = {}
     for name in names:
         procs[name] = subprocess.Popen([sys.executable, "-m", f"daemons.{name}"], env=env, cwd=cwd,
