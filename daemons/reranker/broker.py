@@ -378,17 +378,18 @@ class Broker:
             "score": round(req.score_ms, 2),
             "total": round((now - req.arrived) * 1000, 2),
         }
-        self.reply(req.routing, req.header, RerankReply(scores=[float(s) for s in req.scores], model_id=req.model_id or self.model_id,
-                                                        workers=len(req.workers_used), timings_ms=timings, cached=req.cached))
+        # counted before the reply goes out: an asker that reads the counters next sees this request
         self.served += 1
         self._log(req, "ok", timings_ms=timings)
+        self.reply(req.routing, req.header, RerankReply(scores=[float(s) for s in req.scores], model_id=req.model_id or self.model_id,
+                                                        workers=len(req.workers_used), timings_ms=timings, cached=req.cached))
 
     def finish_error(self, req: Request, code: str, message: str) -> None:
         if req.msg_id not in self.active:
             return
         self._close(req)
+        self._log(req, code, error=message)  # counted before the reply goes out, as in finish_ok
         self.reply(req.routing, req.header, ErrorReply(code=code, message=message))
-        self._log(req, code, error=message)
 
     def on_frontend(self, frames: list[bytes]) -> None:
         started = time.monotonic()
