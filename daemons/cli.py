@@ -626,9 +626,14 @@ def gather_status(settings) -> dict[str, Any]:
     }
 
 
+def still_indexing(report: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The workspaces not reconciled yet or with files pending."""
+    return {w: e for w, e in report.items() if e["pending"] != 0 or not e["last_reconcile"]}
+
+
 def indexing_done(report: dict[str, dict[str, Any]]) -> bool:
     """True when every workspace has been reconciled and nothing is pending."""
-    return all(e["pending"] == 0 and e["last_reconcile"] for e in report.values())
+    return not still_indexing(report)
 
 
 #: Without a terminal, ``status --wait`` prints its progress at most this often.
@@ -638,7 +643,7 @@ PROGRESS_EVERY_S = 5.0
 def progress_line(report: dict[str, dict[str, Any]], first_indexed: int, elapsed_s: float) -> str:
     """One line of indexing progress over the workspaces not done yet: files indexed of all,
     rows, the rate since waiting began (*first_indexed* files were indexed then) and the time left."""
-    busy = [e for e in report.values() if e["pending"] != 0 or not e["last_reconcile"]]
+    busy = list(still_indexing(report).values())
     files = sum(e["files"] or 0 for e in busy)
     done = sum(e["indexed_files"] or 0 for e in busy)
     pending = sum(e["pending"] or 0 for e in busy)
@@ -660,17 +665,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds} s" if seconds < 90 else f"{seconds // 60} min {seconds % 60:02d} s"
 
 
-def _indexed_now(report: dict[str, dict[str, Any]]) -> int:
-    return sum(e["indexed_files"] or 0 for e in report.values() if e["pending"] != 0 or not e["last_reconcile"])
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     settings = _settings(args)
     data = gather_status(settings)
     if args.wait:
         started = time.monotonic()
         deadline = started + args.timeout
-        first_indexed = _indexed_now(data["workspaces"])
+        first_indexed = sum(e["indexed_files"] or 0 for e in still_indexing(data["workspaces"]).values())
         tty = sys.stderr.isatty()
         last_print, last_line = 0.0, ""
         try:
@@ -690,7 +691,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 if blocked:
                     raise CLIError(blocked[0])
                 if time.monotonic() > deadline:
-                    left = {w: e["pending"] for w, e in data["workspaces"].items() if e["pending"] != 0 or not e["last_reconcile"]}
+                    left = {w: e["pending"] for w, e in still_indexing(data["workspaces"]).items()}
                     _print_status(data, args.json)
                     raise CLIError(f"indexing not done after {args.timeout:g} s (pending: {left})")
                 time.sleep(1.0)

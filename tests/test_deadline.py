@@ -59,6 +59,8 @@ def test_the_pair_cache_keys_model_question_and_passage_and_forgets_the_oldest()
     cache.put(c, 0.3)
     assert cache.get(b) is None and cache.get(a) == 0.1 and cache.get(c) == 0.3
     assert len(cache) == 2 and cache.hits == 3 and cache.misses == 1
+    assert a in cache and cache.hits == 3  # asking whether it is kept counts nothing
+    assert cache.pop(a) == 0.1 and a not in cache and cache.pop(a) is None
     off = ScoreCache(0)
     off.put(a, 0.5)
     assert off.get(a) is None and len(off) == 0

@@ -154,7 +154,9 @@ class Embedder:
                 batches.append(body)
                 continue
             flush()
-            self._guarded(body, idx, started, True)
+            # not keywords first (just decided, and nothing it depends on has changed): applied as
+            # without a backlog, so that the decision is not made again
+            self._guarded(body, idx, started, False)
         flush()
 
     def _prepare(self, frames: list[bytes]) -> tuple[ChunkBatch | FileDeleted, WorkspaceIndex, float] | None:
@@ -342,8 +344,7 @@ class Embedder:
             return False
         _, texts = plan_rows(body.path, body.content_hash, body.chunks, self.s)
         try:
-            keys = self.vectors.keys(texts)
-            return len(self.vectors.get_many(keys)) == len(set(keys))
+            return self.vectors.holds_all(texts)
         except sqlite3.Error:
             return False
 

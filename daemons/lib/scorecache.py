@@ -8,7 +8,8 @@ owner (the reranker broker's loop) uses it. No sockets here.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+
+from daemons.lib.lru import LRU
 
 
 def pair_key(model_id: str, query: str, passage: str) -> bytes:
@@ -21,33 +22,8 @@ def pair_key(model_id: str, query: str, passage: str) -> bytes:
     return h.digest()
 
 
-class ScoreCache:
-    """At most *capacity* pair scores (0: remembers nothing)."""
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 0:
-            raise ValueError(f"capacity is at least 0, not {capacity}")
-        self.capacity = capacity
-        self._scores: OrderedDict[bytes, float] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._scores)
-
-    def get(self, key: bytes) -> float | None:
-        score = self._scores.get(key)
-        if score is None:
-            self.misses += 1
-            return None
-        self._scores.move_to_end(key)
-        self.hits += 1
-        return score
+class ScoreCache(LRU[bytes, float]):
+    """At most *capacity* pair scores by :func:`pair_key` (0: remembers nothing)."""
 
     def put(self, key: bytes, score: float) -> None:
-        if self.capacity == 0:
-            return
-        self._scores[key] = float(score)
-        self._scores.move_to_end(key)
-        while len(self._scores) > self.capacity:
-            self._scores.popitem(last=False)
+        super().put(key, float(score))

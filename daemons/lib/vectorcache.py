@@ -88,6 +88,11 @@ class VectorCache:
                 self.db.execute("DELETE FROM vectors WHERE rowid IN (SELECT rowid FROM vectors ORDER BY rowid LIMIT ?)", (excess,))
                 self.rows -= excess
 
+    def holds_all(self, texts: list[str]) -> bool:
+        """Whether a vector is kept for every one of *texts* (then embedding them costs nothing)."""
+        keys = set(self.keys(texts))
+        return len(self.get_many(list(keys))) == len(keys)
+
     def embed(self, texts: list[str], embed: Callable[[list[str]], np.ndarray]) -> tuple[np.ndarray, int]:
         """Vectors for *texts* (in order): held ones from the cache, the rest from *embed* (each
         distinct text once), which are then kept. Returns the vectors and how many were not

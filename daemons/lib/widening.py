@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from typing import Any
+
+from daemons.lib.lru import LRU
 
 #: A hit widens to an enclosing node only while that node fits this many characters.
 WIDEN_MAX_CHARS = 3000
@@ -72,17 +73,15 @@ def parse_tree(text: str, language: str | None) -> Any:
     """
     if not language:
         return None
-    kept: OrderedDict[tuple[str, bytes], Any] | None = getattr(_local, "trees", None)
+    kept: LRU[tuple[str, bytes], Any] | None = getattr(_local, "trees", None)
     if kept is None:
-        kept = _local.trees = OrderedDict()
+        kept = _local.trees = LRU(TREES_KEPT)
     key = (language, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
-    if key in kept:
-        kept.move_to_end(key)
-        return kept[key]
-    tree = _parse_tree(text, language)
-    kept[key] = tree
-    while len(kept) > TREES_KEPT:
-        kept.popitem(last=False)
+    tree = kept.get(key)
+    if tree is None:
+        tree = _parse_tree(text, language)
+        if tree is not None:
+            kept.put(key, tree)
     return tree
 
 

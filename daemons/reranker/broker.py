@@ -141,6 +141,9 @@ class Request:
     def part_passages(self, part: "Part") -> list[str]:
         return [self.passages[i] for i in self.todo[part.start : part.end]]
 
+    def part_chars(self, part: "Part") -> int:
+        return sum(map(len, self.part_passages(part)))
+
     def todo_chars(self) -> int:
         return sum(len(self.passages[i]) for i in self.todo)
 
@@ -298,7 +301,7 @@ class Broker:
             req = part.req
             positions = req.todo[part.start : part.end]
             if cmd == F.RESULT and len(scores) == len(positions):
-                self.rate.observe(score_ms, sum(len(req.passages[i]) for i in positions))
+                self.rate.observe(score_ms, req.part_chars(part))
                 for i, score in zip(positions, scores):  # kept even when the request was answered already
                     self.cache.put(pair_key(w.model_id, req.query, req.passages[i]), score)
             if req.msg_id not in self.active:
@@ -449,9 +452,8 @@ class Broker:
     def queue_finish_ms(self, req: Request) -> float | None:
         """When the pool would be done with *req* if queued now (None before any rate is known)."""
         backlog = sum(r.todo_chars() for r in self.waiting)
-        backlog += sum(sum(len(p.req.passages[i]) for i in p.req.todo[p.start : p.end]) for p in self.pending)
-        backlog += sum(sum(len(w.job.req.passages[i]) for i in w.job.req.todo[w.job.start : w.job.end])
-                       for w in self.workers.values() if w.job is not None)
+        backlog += sum(p.req.part_chars(p) for p in self.pending)
+        backlog += sum(w.job.req.part_chars(w.job) for w in self.workers.values() if w.job is not None)
         ready = sum(1 for w in self.workers.values() if w.ready)
         return self.rate.finish_ms(backlog, req.todo_chars(), ready or self.pool_size, ready > 0)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.question import QueryPlan, combine_vectors, plan_for
 from daemons.lib.log import configure
+from daemons.lib.lru import LRU
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search, to_candidates
 from daemons.lib.store import IndexStore
@@ -43,27 +43,30 @@ class QueryEmbedder:
     def __init__(self, endpoint: str, ctx: zmq.Context) -> None:
         self.endpoint, self.ctx = endpoint, ctx
         self.local = threading.local()
-        self.kept: OrderedDict[str, tuple[np.ndarray, str]] = OrderedDict()
+        self.kept: LRU[str, tuple[np.ndarray, str]] = LRU(QUERY_VECTORS_KEPT)
         self.kept_lock = threading.Lock()
 
-    def forget(self) -> None:
-        """Drop every kept vector (the embedder's model changed)."""
+    def holds(self, texts: list[str]) -> bool:
+        """Whether a vector is kept for any of *texts*."""
         with self.kept_lock:
-            self.kept.clear()
+            return any(text in self.kept for text in texts)
+
+    def forget(self, texts: list[str]) -> None:
+        """Drop the vectors kept for *texts*."""
+        with self.kept_lock:
+            for text in texts:
+                self.kept.pop(text)
 
     def embed(self, text: str, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
         """``(vector, model_id, problem)``; vector is None and problem set when it failed."""
         with self.kept_lock:
             hit = self.kept.get(text)
-            if hit is not None:
-                self.kept.move_to_end(text)
-                return hit[0], hit[1], ""
+        if hit is not None:
+            return hit[0], hit[1], ""
         vec, model_id, problem = self._ask(text, timeout_ms)
         if vec is not None:
             with self.kept_lock:
-                self.kept[text] = (vec, model_id)
-                while len(self.kept) > QUERY_VECTORS_KEPT:
-                    self.kept.popitem(last=False)
+                self.kept.put(text, (vec, model_id))
         return vec, model_id, problem
 
     def _ask(self, text: str, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
@@ -123,12 +126,14 @@ class Searcher:
         if store is None:
             return SearchReply(keyword_query=keyword_query, candidates=[], degraded=["index not built yet"], index={"rows": 0})
         t0 = time.perf_counter()
+        kept = self.embedder.holds(qplan.dense_texts)
         vector, model_id, problem = self.embed_plan(qplan, req.embed_timeout_ms)
         timings["embed"] = round((time.perf_counter() - t0) * 1000, 2)
         meta = store.meta
         if vector is not None and model_id != meta.get("model_id"):
-            self.embedder.forget()  # a kept vector may be the old model's: ask once more
-            vector, model_id, problem = self.embed_plan(qplan, req.embed_timeout_ms)
+            self.embedder.forget(qplan.dense_texts)
+            if kept:  # a kept vector may be the old model's: ask the embedder once more
+                vector, model_id, problem = self.embed_plan(qplan, req.embed_timeout_ms)
             if vector is not None and model_id != meta.get("model_id"):
                 vector, problem = None, DEGRADED_REBUILD
         degraded = [problem] if problem else []
