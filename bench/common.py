@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import sqlite3
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,9 +23,10 @@ import pyarrow as pa
 
 from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, chunk_text
 from daemons.lib.config import Settings
-from daemons.lib.filtering import WorkspaceFilter, content_hash, read_file
+from daemons.lib.filtering import WorkspaceFilter, content_hash, indexable_files, read_file
+from daemons.lib.bm25 import WholeFileBM25 as _WholeFileBM25
 from daemons.lib.indexing import index_meta, plan_rows
-from daemons.lib.keywords import _expand, identifiers, query_keywords
+from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics  # noqa: F401  (re-exported to the benches)
 from daemons.lib.store import IndexStore, RebuildNeeded, attach_file_keywords
 
 # ---------------------------------------------------------------------------------- settings
@@ -48,20 +47,10 @@ def index_key(name: str, version: str, model_id: str, settings: Settings) -> str
 
 
 def workspace_files(tree: Path, settings: Settings) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
-    """What the product would index: (rel path, bytes) for each file, and {rel: reason} skipped."""
-    wf = WorkspaceFilter(tree, settings.include_globs, settings.exclude_globs, settings.max_file_bytes)
-    kept: list[tuple[str, bytes]] = []
-    skipped: dict[str, str] = {}
-    for rel in wf.iter_files():
-        if rel == ".complete":
-            continue
-        full = tree / rel
-        v, data = read_file(full, settings.max_file_bytes)
-        if data is None:
-            skipped[rel] = v.reason
-            continue
-        kept.append((rel, data))
-    return kept, skipped
+    """What the product would index: (rel path, bytes) for each file, and {rel: reason} skipped
+    (the bench's ``.complete`` marker left out)."""
+    kept, skipped = indexable_files(tree, settings.include_globs, settings.exclude_globs, settings.max_file_bytes)
+    return [(rel, data) for rel, data in kept if rel != ".complete"], skipped
 
 
 _TEST_RE = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$")
@@ -237,95 +226,12 @@ def open_or_build(tree: Path, cache_dir: Path, name: str, version: str, settings
 # ---------------------------------------------------------------------------------- BM25 floor
 
 
-def bm25_tokens(text: str, path: str = "") -> list[str]:
-    """Identifiers lowercased whole and split into their parts, as the keyword column does, but
-    without its per-chunk repeat cap (a whole file's term frequencies count), plus path words."""
-    out = [t for ident in identifiers(text) for t in _expand(ident)]
-    for ident in identifiers(path):
-        out.extend(_expand(ident))
-    return out
+class WholeFileBM25(_WholeFileBM25):
+    """Whole-file BM25 over the non-test files with one of ``suffixes`` (``.py`` by default; with that
+    file set it reproduces the eval README's floor on commits.jsonl within ~2 points)."""
 
-
-class WholeFileBM25:
-    """Okapi BM25 (k1=1.2, b=0.75) over whole ``.py`` files, test files left out (with that file set
-    it reproduces the eval README's floor on commits.jsonl within ~2 points); the query is
-    ``query_keywords(question)``, documents are ``bm25_tokens(file, path)`` (identifiers whole +
-    parts, lowercased, plus path words). No stemming."""
-
-    def __init__(self, files: list[tuple[str, bytes]], k1: float = 1.2, b: float = 0.75, suffixes: tuple[str, ...] | None = (".py",)) -> None:
-        self.paths: list[str] = []
-        self.tfs: list[Counter] = []
-        df: Counter = Counter()
-        for rel, data in files:
-            if is_test_file(rel) or (suffixes and not rel.endswith(suffixes)):
-                continue
-            toks = bm25_tokens(data.decode("utf-8", "replace"), rel)
-            tf = Counter(toks)
-            self.paths.append(rel)
-            self.tfs.append(tf)
-            df.update(tf.keys())
-        self.lens = np.array([sum(tf.values()) for tf in self.tfs], dtype=np.float64)
-        self.avg = float(self.lens.mean()) if len(self.lens) else 1.0
-        n = len(self.paths)
-        self.idf = {t: math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
-        self.k1, self.b = k1, b
-        # inverted index for speed
-        self.post: dict[str, list[tuple[int, int]]] = {}
-        for i, tf in enumerate(self.tfs):
-            for t, c in tf.items():
-                self.post.setdefault(t, []).append((i, c))
-
-    def search(self, question: str, k: int = 50) -> list[str]:
-        terms = query_keywords(question).split()
-        scores = np.zeros(len(self.paths))
-        norm = self.k1 * (1 - self.b + self.b * self.lens / self.avg)
-        for t in set(terms):
-            idf = self.idf.get(t)
-            if idf is None:
-                continue
-            for i, c in self.post[t]:
-                scores[i] += idf * c * (self.k1 + 1) / (c + norm[i])
-        top = np.argsort(-scores, kind="stable")[:k]
-        return [self.paths[i] for i in top if scores[i] > 0]
-
-
-# ---------------------------------------------------------------------------------- metrics
-
-
-def files_in_order(rows: list[dict[str, Any]]) -> list[str]:
-    out: list[str] = []
-    seen: set[str] = set()
-    for r in rows:
-        p = r["path"] if isinstance(r, dict) else r
-        if p not in seen:
-            seen.add(p)
-            out.append(p)
-    return out
-
-
-METRIC_NAMES = ["recall@1", "recall@5", "recall@10", "acc@1", "acc@3", "acc@5", "mrr"]
-
-
-def file_metrics(ranked: list[str], gold: list[str]) -> dict[str, float]:
-    g = set(gold)
-    m: dict[str, float] = {}
-    for k in (1, 5, 10):
-        m[f"recall@{k}"] = len(g & set(ranked[:k])) / len(g)
-    for k in (1, 3, 5):
-        m[f"acc@{k}"] = float(g <= set(ranked[:k]))
-    rr = 0.0
-    for i, p in enumerate(ranked):
-        if p in g:
-            rr = 1.0 / (i + 1)
-            break
-    m["mrr"] = rr
-    return m
-
-
-def mean_metrics(ms: list[dict[str, float]]) -> dict[str, float]:
-    if not ms:
-        return {}
-    return {k: round(100 * sum(m[k] for m in ms) / len(ms), 1) for k in METRIC_NAMES}
+    def __init__(self, files: list[tuple[str, bytes]], suffixes: tuple[str, ...] | None = (".py",)) -> None:
+        super().__init__(files, keep=lambda rel: not is_test_file(rel) and (not suffixes or rel.endswith(suffixes)))
 
 
 def pct(values: list[float], q: float) -> float:

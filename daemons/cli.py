@@ -860,7 +860,25 @@ def _tail(path: Path, n: int) -> list[str]:
     return [line.decode("utf-8", "replace") for line in data.splitlines()[-n:]]
 
 
-def build_ask_request(args: argparse.Namespace, workspace: str):
+def question_overrides(settings, pairs: Sequence[str]) -> dict[str, str]:
+    """``--set NAME=VALUE`` flags as a question's overrides, checked here so that a bad one is one
+    clear line before anything is asked."""
+    from daemons.lib.config import with_overrides
+
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name.strip():
+            raise CLIError(f"--set {pair!r}: use NAME=VALUE (e.g. --set rrf_k=60)")
+        out[name.strip()] = value.strip()
+    try:
+        with_overrides(settings, out, "--set")
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    return out
+
+
+def build_ask_request(args: argparse.Namespace, workspace: str, overrides: dict[str, str] | None = None):
     from protocol.schema import AskRequest, AskSettings
 
     def absolute(p: str) -> str:
@@ -874,7 +892,7 @@ def build_ask_request(args: argparse.Namespace, workspace: str):
         visible_files=[absolute(p) for p in args.visible],
         open_documents=[absolute(p) for p in args.open],
         settings=AskSettings(threshold=args.threshold, snippet_count=args.snippets, budget_chars=args.budget, rerank=not args.no_rerank,
-                              deadline_ms=args.deadline),
+                              deadline_ms=args.deadline, overrides=overrides or {}),
         include_team=not args.no_team,
     )
 
@@ -893,6 +911,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         flag = {"rerank_threshold": "--threshold", "snippet_count": "--snippets", "budget_chars": "--budget",
                 "question_deadline_ms": "--deadline"}[name]
         raise CLIError(f"{flag}: {problem}")
+    overrides = question_overrides(settings, args.set)
     if args.question == "-":  # a long issue text: an argument that size fails with "Argument list too long"
         args.question = sys.stdin.read()
     if not args.question.strip():
@@ -911,7 +930,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         raise CLIError("front is not running: start it with `wsctx up`")
     client = runtime.Client(endpoint, sender="cli")
     try:
-        reply = client.request(build_ask_request(args, wid), timeout_ms=int(args.timeout * 1000))
+        reply = client.request(build_ask_request(args, wid, overrides), timeout_ms=int(args.timeout * 1000))
     except Timeout:
         raise CLIError(f"front did not answer within {args.timeout:g} s: see `wsctx status` and `wsctx logs front`") from None
     except ProtocolError as exc:
@@ -923,6 +942,76 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         print(format_ask(data))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from daemons.lib import evaluation, runtime
+    from daemons.lib.history import NotAGitRepository
+    from protocol.errors import ProtocolError, Timeout
+    from protocol.schema import AskRequest, AskSettings
+
+    from daemons.lib.config import with_overrides
+
+    settings = _settings(args)
+    cases = evaluation.DEFAULT_CASES if args.cases is None else args.cases
+    if cases < 1:
+        raise CLIError(f"--cases must be at least 1, not {cases}")
+    overrides = question_overrides(settings, args.set)
+    wid, root = resolve_workspace(settings, args.workspace)
+    if not is_up(settings, "front"):
+        raise CLIError("front is not running: start it with `wsctx up`")
+    report = gather_status(settings)["workspaces"].get(wid)
+    if report is not None and (still_indexing({wid: report}) or report.get("vectors_pending")):
+        raise CLIError(f"{wid} is still being indexed: wait for it with `wsctx status --wait`, then run eval")
+    try:
+        ev = evaluation.build(root, settings.include_globs, settings.exclude_globs, settings.max_file_bytes, cases)
+    except NotAGitRepository as exc:
+        raise CLIError(f"eval asks the questions of the workspace's git history: {exc}") from None
+    print(evaluation.skipped_line(ev.history), file=sys.stderr)
+    if not ev.history.cases:
+        raise CLIError("no commit in the history makes a question (see the skipped counts above)")
+    client = runtime.Client(settings.endpoint("front"), sender="cli-eval")
+
+    def product(changes: dict[str, str]) -> evaluation.Ask:
+        # every candidate kept and fitted (threshold 0, any size), no deadline: the product's whole order
+        ask_settings = AskSettings(threshold=0.0, snippet_count=with_overrides(settings, changes).rerank_top,
+                                   budget_chars=evaluation.ANY_SIZE, deadline_ms=0, overrides=changes)
+
+        def ask(question: str) -> list[str]:
+            request = AskRequest(question=question, workspace=wid, include_team=False, settings=ask_settings)
+            try:
+                body = client.request(request, timeout_ms=int(args.timeout * 1000)).body
+            except Timeout:
+                raise CLIError(f"front did not answer within {args.timeout:g} s") from None
+            except ProtocolError as exc:
+                raise CLIError(f"front: {exc.code.value}: {exc.message}") from None
+            return evaluation.files_in_order(b.path for b in body.blocks if not b.team)
+        return ask
+
+    methods: list[tuple[str, evaluation.Ask]] = [("wsctx", product({}))]
+    if overrides:
+        methods.append(("wsctx " + " ".join(f"{k}={v}" for k, v in overrides.items()), product(overrides)))
+    methods.append((evaluation.BM25, ev.floor))
+    tty = sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        if tty:
+            print(f"\rasked {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+        elif done % 10 == 0 or done == total:
+            print(f"asked {done}/{total}", file=sys.stderr, flush=True)
+
+    try:
+        ev.run(methods, progress)
+    finally:
+        client.close()
+    doc = ev.report(wid, {"overrides": overrides})
+    print(ev.table())
+    out = Path(args.out or f"wsctx-eval-{wid}.json")
+    out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    png = out.with_suffix(".png")
+    why = evaluation.plot(doc, png)
+    print(f"wrote {out}" + (f" and {png}" if not why else f" (no plot: {why})"))
     return 0
 
 
@@ -1082,8 +1171,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--deadline", type=int, default=None, metavar="MS",
                     help="time budget for this question in ms (0: none; default: question_deadline_ms)")
     sp.add_argument("--no-team", action="store_true", default=False, help="do not ask the team index")
+    sp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a ranking setting for this question only (rrf_k, list_weight_vector, ranking=spec, ...); repeatable")
     sp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
     sp.add_argument("--json", action="store_true", default=False, help="print the AskReply as JSON")
+
+    sp = add("eval", cmd_eval, "measure retrieval on the workspace's own git history: its commits asked as questions, "
+                               "the files they changed as answers, beside whole-file BM25")
+    sp.add_argument("workspace", nargs="?", default=None, help="id or a path inside it (default: the one containing cwd, or the only one)")
+    sp.add_argument("--cases", type=int, default=None, metavar="N", help="questions asked, newest commits first (default 50)")  # evaluation.DEFAULT_CASES
+    sp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a ranking setting to compare side by side with the current ones (rrf_k, ranking=spec, ...); repeatable")
+    sp.add_argument("--out", default=None, help="the JSON report (default wsctx-eval-WORKSPACE.json; the plot goes beside it as .png)")
+    sp.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one answer (default 60)")
 
     sp = add("keys", cmd_keys, "make a CURVE key pair for tcp access (front_tcp, team fronts)")
     sp.add_argument("dir", help="folder to write NAME.key and NAME.key_secret into")

@@ -78,6 +78,7 @@ class WorkspaceClient:
         include_team: bool = True,
         rerank: bool = True,
         deadline_ms: int | None = None,
+        overrides: Mapping[str, str | int | float | bool] | None = None,
         timeout_ms: int | None = None,
     ) -> AskReply:
         """Ask one question; return the ``AskReply`` (blocks, prompt, context line, stages).
@@ -88,6 +89,7 @@ class WorkspaceClient:
         ``buffers`` maps a path to the editor's unsaved text of that file. ``threshold``,
         ``snippet_count`` and ``budget_chars`` override the front's settings for this question, and
         ``deadline_ms`` its time budget (0: none): a stage that cannot finish in it is skipped and named.
+        ``overrides`` are the question's own ranking settings (``config.QUESTION_SETTINGS``).
         """
         request = AskRequest(
             question=question,
@@ -98,7 +100,7 @@ class WorkspaceClient:
             open_documents=list(open_documents),
             buffers=dict(buffers or {}),
             settings=AskSettings(threshold=threshold, snippet_count=snippet_count, budget_chars=budget_chars, rerank=rerank,
-                                  deadline_ms=deadline_ms),
+                                  deadline_ms=deadline_ms, overrides=dict(overrides or {})),
             include_team=include_team,
         )
         reply = self._front.request(request, timeout_ms=timeout_ms or self.timeout_ms)

@@ -180,6 +180,8 @@ class SearchRequest(Body, kw_only=True):
     focus_k: int = 6
     top_n: int = 12
     embed_timeout_ms: int = 1500
+    # the question's own ranking settings (AskSettings.overrides), over the searcher's own
+    overrides: dict[str, str | int | float | bool] = {}
 
 
 class Candidate(Body, kw_only=True):
@@ -231,6 +233,8 @@ class AskSettings(Body, kw_only=True):
     rerank: bool = True
     # this question's time budget in ms (0: none); None: the front's question_deadline_ms
     deadline_ms: int | None = None
+    # this question's own ranking settings (config.QUESTION_SETTINGS), over the daemons' own
+    overrides: dict[str, str | int | float | bool] = {}
 
 
 class AskRequest(Body, kw_only=True):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons.lib.config import load_settings
+from daemons.lib.config import load_settings, with_overrides
 from tests.support import REPO
 
 
@@ -60,9 +60,11 @@ def test_out_of_range_values_are_refused_with_the_range(env: dict[str, str], mes
     (["ask", "--threshold", "5", "q"], "--threshold: rerank_threshold must be between 0 and 1, not 5"),
     (["ask", "--snippets", "0", "q"], "--snippets: snippet_count must be at least 1, not 0"),
     (["--config", "/nonexistent/wsctx.toml", "status"], "config file /nonexistent/wsctx.toml does not exist"),
+    (["ask", "--set", "rrf_k=0", "q"], "--set: rrf_k must be at least 1, not 0"),
+    (["ask", "--set", "rrf_k", "q"], "--set 'rrf_k': use NAME=VALUE"),
 ])
 def test_the_command_line_refuses_bad_values_before_asking(tmp_path: Path, args: list[str], message: str) -> None:
-    """wsctx refuses an out-of-range per-question value or a --config file that does not exist, with one clear line and a non-zero exit."""
+    """wsctx refuses an out-of-range per-question value, a malformed --set or a --config file that does not exist, with one clear line and a non-zero exit."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WSCTX_RUNTIME_DIR": str(tmp_path / "r"), "WSCTX_DATA_DIR": str(tmp_path / "d")}
     done = subprocess.run([sys.executable, "-m", "daemons.cli", *args], cwd=str(REPO), env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and message in done.stderr, done.stderr
@@ -80,3 +82,25 @@ def test_ranking_spec_gives_spec_section_2_in_one_setting(tmp_path: Path) -> Non
     assert set(spec.list_weights().values()) == {1.0} and spec.rerank_fusion_weight >= 100
     with pytest.raises(ValueError, match="use tuned, spec"):
         load_settings(env={"WSCTX_CONFIG": str(tmp_path / "none.toml"), "WSCTX_RANKING": "best"})
+
+
+def test_a_question_overrides_only_ranking_settings_and_each_bad_one_is_named(tmp_path: Path) -> None:
+    """with_overrides types command-line strings, applies a ranking preset under the other overrides, leaves the daemons' settings as they were, and refuses unknown, non-ranking, mistyped or out-of-range values by name."""
+    base = load_settings(env={"WSCTX_CONFIG": str(tmp_path / "none.toml")})
+    mine = with_overrides(base, {"rrf_k": "5", "path_mentions": "off", "list_weight_vector": "1.5"})
+    assert (mine.rrf_k, mine.path_mentions, mine.list_weight_vector) == (5, False, 1.5)
+    assert (base.rrf_k, base.path_mentions, base.list_weight_vector) == (30, True, 0.5)
+    assert with_overrides(base, {}) is base
+    spec = with_overrides(base, {"ranking": "spec", "rrf_k": 10})
+    assert (spec.rrf_k, spec.file_keyword_pool, spec.test_weight) == (10, 0, 1.0)
+    back = with_overrides(spec, {"ranking": "tuned"})
+    assert (back.rrf_k, back.file_keyword_pool, back.test_weight) == (base.rrf_k, base.file_keyword_pool, base.test_weight)
+    for overrides, message in (({"rrf": 5}, "unknown setting 'rrf'; did you mean 'rrf_k'?"),
+                               ({"data_dir": "/x"}, "data_dir cannot be set for one question"),
+                               ({"rrf_k": "many"}, "rrf_k = 'many': expected a whole number"),
+                               ({"path_mentions": "maybe"}, "path_mentions = 'maybe': expected one of"),
+                               ({"doc_weight": -1}, "doc_weight must be between 0 and 1, not -1"),
+                               ({"dense_query": "sum"}, "dense_query 'sum': use")):
+        with pytest.raises(ValueError) as info:
+            with_overrides(base, overrides, "--set")
+        assert str(info.value).startswith("--set: ") and message in str(info.value), info.value

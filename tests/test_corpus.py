@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from training.corpus import manifest, rules
-from training.corpus.bm25 import Bm25
+from daemons.lib.bm25 import Bm25
 from training.corpus.docstrings import definitions
 from training.corpus.git import Repo
 from training.corpus.mine import mine_repo

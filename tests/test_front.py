@@ -375,6 +375,23 @@ def test_out_of_range_question_settings_are_refused_with_the_range(stack):
 
 
 @pytest.mark.timeout(120)
+def test_a_question_sets_its_own_ranking_and_bad_overrides_name_the_setting(stack):
+    """A question's ranking overrides change only its own answer (rerank_top 1 gives one candidate), and an unknown, index-shaping or out-of-range one is bad_message naming it."""
+    question = "how is the config file parsed?"
+    narrow = stack.ask(question, overrides={"rerank_top": "1"}, threshold=0.0)
+    assert next(s for s in narrow.stages if s.name == "search").detail["candidates"] == 1
+    wide = stack.ask(question, threshold=0.0)
+    assert next(s for s in wide.stages if s.name == "search").detail["candidates"] > 1
+    for overrides, message in (({"rrf_kk": 5}, "unknown setting 'rrf_kk'; did you mean 'rrf_k'?"),
+                               ({"chunk_max_chars": 10}, "chunk_max_chars cannot be set for one question"),
+                               ({"test_weight": "2"}, "test_weight must be between 0 and 1, not 2"),
+                               ({"file_list": "all"}, "file_list 'all': use both, chunks, files")):
+        with pytest.raises(BadMessage) as info:
+            stack.ask(question, overrides=overrides)
+        assert message in info.value.message, info.value.message
+
+
+@pytest.mark.timeout(120)
 def test_stages_are_timed(stack):
     """The reply's stages include search, rerank, widen and assemble, each with a timing."""
     reply = stack.ask("where are auth tokens stored?")

@@ -25,15 +25,14 @@ import zmq
 from daemons.lib import assembly, deadline, runtime
 from daemons.lib.assembly import Hit
 from daemons.lib.chunking import language_for_path
-from daemons.lib.config import Settings, load_settings, question_settings_problem
+from daemons.lib.config import Settings, load_settings, question_settings_problem, with_overrides
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.indexing import chunk_content_hash
 from daemons.lib.fusion import rerank_order
 from daemons.lib.question import QueryPlan, plan_for
 from daemons.lib.log import configure
-from daemons.lib.roles import role_weights
-from daemons.lib.search import hybrid_search, to_candidates
+from daemons.lib.search import settings_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
 from daemons.lib.store import IndexStore
 from daemons.lib.widening import lines_text, split_lines, widen
@@ -127,6 +126,10 @@ class Front:
                                                req.settings.deadline_ms)
         if problem:
             raise BadMessage(problem)
+        try:
+            s = with_overrides(self.s, req.settings.overrides, "settings.overrides")
+        except ValueError as exc:
+            raise BadMessage(str(exc)) from None
         budget = deadline.Budget(req.settings.deadline_ms if req.settings.deadline_ms is not None else self.s.question_deadline_ms,
                                  started=received)
         t0 = time.perf_counter()
@@ -138,7 +141,7 @@ class Front:
         buffers = {self._rel(root, p): text for p, text in req.buffers.items()}
         searched, follow_up = self.conversations.effective_question(req.conversation_id, req.question)
         focus = focus_files(active, visible, self.conversations.previous_files(req.conversation_id), open_docs, limit=self.s.focus_files)
-        qplan = plan_for(searched, self.s)
+        qplan = plan_for(searched, s)
         stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus, deadline_ms=budget.total_ms,
               queued_ms=round((now - received) * 1000, 2),
               **({"question": qplan.analysis.account()} if qplan.analysis is not None else {}))
@@ -159,9 +162,9 @@ class Front:
         try:
             reply = self._client("searcher", self.s.endpoint("searcher")).request(
                 SearchRequest(
-                    workspace=wid, question=searched, focus_paths=focus, vector_k=self.s.vector_k,
-                    keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top,
-                    embed_timeout_ms=budget.embed_timeout_ms(self.s.embed_timeout_ms),
+                    workspace=wid, question=searched, focus_paths=focus, vector_k=s.vector_k,
+                    keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top,
+                    embed_timeout_ms=budget.embed_timeout_ms(self.s.embed_timeout_ms), overrides=req.settings.overrides,
                 ),
                 timeout_ms=self.s.embed_timeout_ms + 5000,
             )
@@ -171,7 +174,7 @@ class Front:
             search_detail = {"timings_ms": sr.timings_ms, **sr.index}
         except ProtocolError as exc:
             self.log.warning("searcher_unavailable", error=exc.message)
-            candidates, keyword_query = self._local_search(wid, qplan, focus)
+            candidates, keyword_query = self._local_search(wid, qplan, focus, s)
             degraded.append(DEGRADED_SEARCHER_DOWN)
         stage("search", t0, candidates=len(candidates), **search_detail)
 
@@ -211,7 +214,7 @@ class Front:
             kept, near = assembly.select_by_threshold(list(zip(candidates, probs)), threshold, self.s.near_misses, always=named)
             # keyed by position among all candidates, so a dropped one still holds its rank
             keys = rerank_order([c.path for c in candidates], [p * c.weight for c, p in zip(candidates, probs)],
-                                self.s.rerank_fusion_k, self.s.rerank_fusion_weight)
+                                s.rerank_fusion_k, s.rerank_fusion_weight)
             order_of = {id(c): key for c, key in zip(candidates, keys)}
         else:
             kept = [(c, c.fused_score) for c in candidates]
@@ -321,7 +324,7 @@ class Front:
             data = None
         return assembly.file_change(indexed, data, buffers.get(cand.path))
 
-    def _local_search(self, wid: str, qplan: QueryPlan, focus: list[str]) -> tuple[list[Candidate], str]:
+    def _local_search(self, wid: str, qplan: QueryPlan, focus: list[str], s: Settings) -> tuple[list[Candidate], str]:
         """Keywords-only search in this process (the searcher is down), with the question's plan
         made again with the workspace's term counts when the table has them."""
         store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
@@ -329,13 +332,9 @@ class Front:
             return [], qplan.keyword_query
         counts = store.document_frequencies(wait=True)
         if counts:
-            qplan = plan_for(qplan.question, self.s, counts[0])
-        keyword_query = qplan.keyword_query
-        result = hybrid_search(store, keyword_query, None, focus, keyword_k=self.s.keyword_k, focus_k=self.s.focus_k, top_n=self.s.rerank_top, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
-                               mentioned=qplan.mentions if self.s.path_mentions else (),
-                               role_weights=role_weights(qplan.role_text, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
-                               list_weights=self.s.list_weights())
-        return to_candidates(result.candidates), keyword_query
+            qplan = plan_for(qplan.question, s, counts[0])
+        result = settings_search(store, qplan, None, focus, s)
+        return to_candidates(result.candidates), qplan.keyword_query
 
     def _ask_team(self, spec: str, question: str) -> list[Hit]:
         """Ask a team front (``tcp://host:port[#workspace]``); its blocks come back as team hits."""

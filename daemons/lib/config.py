@@ -8,13 +8,14 @@ means a rebuild, which the embedder detects and reports instead of mixing rows.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, get_type_hints
 
 from daemons.lib.fusion import (
@@ -235,6 +236,9 @@ def _toml_lines(path: Path, text: str) -> dict[str, str]:
     return out
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
 def _coerce(kind: Any, raw: Any) -> Any:
     if kind in (int, float):
         if isinstance(raw, bool) or (kind is int and isinstance(raw, float)):
@@ -244,7 +248,12 @@ def _coerce(kind: Any, raw: Any) -> Any:
         except (TypeError, ValueError):
             raise ValueError(f"expected {'a whole number' if kind is int else 'a number'}") from None
     if kind is bool:
-        return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+        if isinstance(raw, bool):
+            return raw
+        word = str(raw).strip().lower()
+        if word not in _TRUE + _FALSE:
+            raise ValueError(f"expected one of {', '.join(_TRUE + _FALSE)}")
+        return word in _TRUE
     if kind == list[str]:
         if isinstance(raw, str):
             return [p.strip() for p in raw.split(",") if p.strip()]
@@ -300,17 +309,62 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
         raise ValueError(f"{sources.get('ranking', 'setting')}: ranking {values['ranking']!r}: use {', '.join(RANKINGS)}")
     if values.get("ranking") == SPEC:
         values.update(SPEC_RANKING)
+    _check_values(values, sources)
+    settings = Settings(**values)
+    # ipc paths have a ~107-byte limit; fail early with a clear message rather than at bind time.
+    if len(settings.endpoint("reranker.workers")) > 100:
+        raise ValueError(f"runtime_dir {settings.runtime_dir!r} is too long for ipc socket paths")
+    return settings
+
+
+def _check_values(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """ValueError naming the setting and where it came from for the first value out of its range or set of choices."""
     for key, value in values.items():
         if key in RANGES and isinstance(value, (int, float)):
             problem = check_range(key, value)
             if problem:
                 raise ValueError(f"{sources.get(key, 'setting')}: {problem}")
-    settings = Settings(**values)
-    # ipc paths have a ~107-byte limit; fail early with a clear message rather than at bind time.
-    if len(settings.endpoint("reranker.workers")) > 100:
-        raise ValueError(f"runtime_dir {settings.runtime_dir!r} is too long for ipc socket paths")
-    if settings.file_list not in FILE_LISTS:
-        raise ValueError(f"file_list {settings.file_list!r}: use {', '.join(FILE_LISTS)}")
-    if settings.dense_query not in DENSE_QUERIES:
-        raise ValueError(f"dense_query {settings.dense_query!r}: use {', '.join(DENSE_QUERIES)}")
-    return settings
+    for key, choices in (("file_list", FILE_LISTS), ("dense_query", DENSE_QUERIES), ("ranking", RANKINGS)):
+        if key in values and values[key] not in choices:
+            raise ValueError(f"{sources.get(key, 'setting')}: {key} {values[key]!r}: use {', '.join(choices)}")
+
+
+#: The settings one question may set for itself (a request's ``settings.overrides``, ``wsctx ask
+#: --set``, ``wsctx eval --set``): how candidates are found, fused and ordered. Nothing that shapes
+#: the index, names a file or endpoint, or sizes a daemon.
+QUESTION_SETTINGS = (
+    "ranking", "vector_k", "keyword_k", "rrf_k", "file_keyword_pool", "file_list", "path_mentions", "question_analysis",
+    "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", *(f"list_weight_{name}" for name in LIST_WEIGHTS),
+    "test_weight", "doc_weight", "config_weight", "rerank_top", "rerank_fusion_k", "rerank_fusion_weight",
+)
+
+
+def with_overrides(settings: Settings, overrides: Mapping[str, Any], source: str = "question setting") -> Settings:
+    """A copy of ``settings`` with one question's own ranking settings (``QUESTION_SETTINGS``).
+
+    Values may be strings (``"0.5"``, from a command line) or already typed. ``ranking`` sets its
+    whole preset first (``spec``: ``SPEC_RANKING``; ``tuned``: the shipped defaults of those
+    settings), and the other overrides apply on top of it. ValueError names the setting for an
+    unknown name, a setting a question may not change, a value of the wrong type or out of range.
+    """
+    if not overrides:
+        return settings
+    hints = get_type_hints(Settings)
+    values: dict[str, Any] = {}
+    for key, raw in overrides.items():
+        if key not in hints:
+            raise ValueError(f"{source}: unknown setting {key!r}{_suggest(key, QUESTION_SETTINGS)}")
+        if key not in QUESTION_SETTINGS:
+            raise ValueError(f"{source}: {key} cannot be set for one question (only ranking settings can: {', '.join(QUESTION_SETTINGS)})")
+        try:
+            values[key] = _coerce(hints[key], raw)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {key} = {raw!r}: {exc}") from None
+    _check_values(values, {k: source for k in values})
+    preset: dict[str, Any] = {}
+    if values.get("ranking") == SPEC:
+        preset = dict(SPEC_RANKING)
+    elif values.get("ranking") == TUNED:
+        shipped = Settings()
+        preset = {k: getattr(shipped, k) for k in SPEC_RANKING}
+    return dataclasses.replace(settings, **{**preset, **values})

@@ -256,6 +256,22 @@ class WorkspaceFilter:
                     yield rel
 
 
+def indexable_files(root: str | Path, include_globs: list[str] | None = None, exclude_globs: list[str] | None = None,
+                    max_file_bytes: int = 1_000_000) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
+    """What the watcher would index under ``root``: ``(relative path, bytes)`` of each file, and
+    ``{relative path: why not}`` of the files it walks past (binary, too large, data)."""
+    wf = WorkspaceFilter(root, include_globs, exclude_globs, max_file_bytes)
+    kept: list[tuple[str, bytes]] = []
+    skipped: dict[str, str] = {}
+    for rel in wf.iter_files():
+        verdict, data = read_file(wf.root / rel, max_file_bytes, data_policy=wf.data_policy_applies(rel))
+        if data is None:
+            skipped[rel] = verdict.reason
+        else:
+            kept.append((rel, data))
+    return kept, skipped
+
+
 def newest_first(root: Path, rels: Iterable[str]) -> list[str]:
     """*rels* by modification time, newest first (then by name): the files a user is working on
     are indexed first, so a question about them is answered while a large workspace still builds."""

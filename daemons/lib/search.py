@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,9 +39,13 @@ from daemons.lib.fusion import (
     VECTOR, file_keyword_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
-from daemons.lib.roles import weight_of
+from daemons.lib.roles import role_weights, weight_of
 from daemons.lib.store import IndexStore
 from protocol.schema import Candidate
+
+if TYPE_CHECKING:
+    from daemons.lib.config import Settings
+    from daemons.lib.question import QueryPlan
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="search")
 
@@ -203,3 +207,20 @@ def to_candidates(rows: list[dict[str, Any]]) -> list[Candidate]:
         )
         for r in rows
     ]
+
+
+def settings_search(store: IndexStore, qplan: QueryPlan, query_vector: np.ndarray | None, focus_paths: list[str] | None,
+                    s: Settings, *, vector_k: int | None = None, keyword_k: int | None = None, focus_k: int | None = None,
+                    top_n: int | None = None) -> SearchResult:
+    """``hybrid_search`` for one question's plan under settings ``s`` (the daemons' own, or with
+    the question's overrides): its keyword query, named files, role weights and list weights; the
+    list sizes default to the settings' and a request may set its own."""
+    return hybrid_search(
+        store, qplan.keyword_query, query_vector, focus_paths,
+        vector_k=s.vector_k if vector_k is None else vector_k, keyword_k=s.keyword_k if keyword_k is None else keyword_k,
+        focus_k=s.focus_k if focus_k is None else focus_k, top_n=s.rerank_top if top_n is None else top_n,
+        rrf_k=s.rrf_k, file_pool=s.file_keyword_pool, file_list=s.file_list,
+        mentioned=qplan.mentions if s.path_mentions else (),
+        role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight),
+        list_weights=s.list_weights(),
+    )

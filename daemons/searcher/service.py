@@ -15,16 +15,15 @@ import numpy as np
 import zmq
 
 from daemons.lib import runtime
-from daemons.lib.config import Settings, load_settings
+from daemons.lib.config import Settings, load_settings, with_overrides
 from daemons.lib.question import QueryPlan, combine_vectors, plan_for
 from daemons.lib.log import configure
 from daemons.lib.lru import LRU
-from daemons.lib.roles import role_weights
-from daemons.lib.search import hybrid_search, to_candidates
+from daemons.lib.search import settings_search, to_candidates
 from daemons.lib.store import IndexStore
 from daemons.lib.workspaces import Registry, index_dir
 from protocol import envelope
-from protocol.errors import ProtocolError, UnknownWorkspace
+from protocol.errors import BadMessage, ProtocolError, UnknownWorkspace
 from protocol.schema import EmbedQueryRequest, SearchReply
 
 DEGRADED_EMBEDDER_DOWN = "keywords only (embedder unavailable)"
@@ -120,7 +119,11 @@ class Searcher:
         store = self.store_for(req.workspace)
         t0 = time.perf_counter()
         counts = store.document_frequencies() if store is not None else None  # None at first: counted in the background
-        qplan = plan_for(req.question, self.s, counts[0] if counts else None)
+        try:
+            s = with_overrides(self.s, req.overrides, "search_request.overrides")
+        except ValueError as exc:
+            raise BadMessage(str(exc)) from None
+        qplan = plan_for(req.question, s, counts[0] if counts else None)
         timings["analyse"] = round((time.perf_counter() - t0) * 1000, 2)
         keyword_query = qplan.keyword_query
         if store is None:
@@ -138,7 +141,7 @@ class Searcher:
                 vector, problem = None, DEGRADED_REBUILD
         degraded = [problem] if problem else []
         try:
-            result = self._run(store, keyword_query, vector, req, qplan)
+            result = self._run(store, vector, req, qplan, s)
         except (OSError, ValueError, RuntimeError) as exc:
             # The table changed under us (compaction, rebuild): reopen once and retry.
             self.log.warning("search_retry", error=str(exc))
@@ -147,7 +150,7 @@ class Searcher:
             store = self.store_for(req.workspace)
             if store is None:
                 return SearchReply(keyword_query=keyword_query, candidates=[], degraded=["index not built yet"])
-            result = self._run(store, keyword_query, vector, req, qplan)
+            result = self._run(store, vector, req, qplan, s)
         timings.update(result.timings_ms)
         candidates = to_candidates(result.candidates)
         timings["total"] = round((time.perf_counter() - started) * 1000, 2)
@@ -174,14 +177,9 @@ class Searcher:
             vectors.append(vec)
         return combine_vectors(np.stack(vectors), qplan.dense), model_id, ""
 
-    def _run(self, store: IndexStore, keyword_query: str, vector: np.ndarray | None, req: Any, qplan: QueryPlan):
-        return hybrid_search(
-            store, keyword_query, vector, req.focus_paths,
-            vector_k=req.vector_k, keyword_k=req.keyword_k, focus_k=req.focus_k, top_n=req.top_n, rrf_k=self.s.rrf_k, file_pool=self.s.file_keyword_pool, file_list=self.s.file_list,
-            mentioned=qplan.mentions if self.s.path_mentions else (),
-            role_weights=role_weights(qplan.role_text, self.s.test_weight, self.s.doc_weight, self.s.config_weight),
-            list_weights=self.s.list_weights(),
-        )
+    def _run(self, store: IndexStore, vector: np.ndarray | None, req: Any, qplan: QueryPlan, s: Settings):
+        return settings_search(store, qplan, vector, req.focus_paths, s, vector_k=req.vector_k, keyword_k=req.keyword_k,
+                               focus_k=req.focus_k, top_n=req.top_n)
 
     def run(self) -> None:
         runtime.prepare_runtime_dir(self.s.runtime_dir)

@@ -47,7 +47,7 @@ from typing import Any
 from daemons.lib.chunking import Chunk, chunk_text
 from daemons.lib.keywords import keyword_text, query_keywords
 from training.corpus import rules
-from training.corpus.bm25 import Bm25
+from daemons.lib.bm25 import Bm25
 from training.corpus.docstrings import definitions
 from training.corpus.git import Repo
 

@@ -1,5 +1,6 @@
 """The miner's rules, as plain functions: which commits become questions, what a question says,
-which lines a commit changed, and which files count as source.
+which lines a commit changed, and which files count as source. The message and file rules live in
+``daemons.lib.history``, shared with ``wsctx eval``; they are imported here under their names.
 
 Contract
 --------
@@ -25,11 +26,13 @@ Contract
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from daemons.lib.chunking import language_for_path
+from daemons.lib.history import (  # noqa: F401  (the message and file rules, shared with `wsctx eval`)
+    MAX_SOURCE_FILES, MIN_SUBJECT_WORDS, QUERY_MAX_CHARS, SOURCE_LANGUAGES, clean_message, files_skip_reason, is_source,
+    message_skip_reason, skip_reason, subject_words,
+)
 from daemons.lib.keywords import identifiers
-from daemons.lib.roles import TEST, file_role
 
 #: The evaluation repositories (``../shared/eval``): never mined, nor their forks or copies.
 EVAL_REPOS = frozenset({
@@ -37,116 +40,10 @@ EVAL_REPOS = frozenset({
     "xarray", "twinny", "sqlfluff", "pvlib-python", "astroid", "pydicom", "marshmallow", "django",
     "scikit-learn", "matplotlib",
 })
-#: Languages whose files are mined as source (the product chunks them by syntax).
-SOURCE_LANGUAGES = frozenset({"python", "typescript", "tsx", "javascript", "go", "rust"})
-#: A commit touching more non-test source files than this is a sweep, not one change.
-MAX_SOURCE_FILES = 5
-#: Subjects shorter than this many words say too little to be a question.
-MIN_SUBJECT_WORDS = 5
-QUERY_MAX_CHARS = 2000
 #: Identifier-set Jaccard at or above which a negative counts as a copy of a positive.
 NEAR_DUP = 0.8
 
-_BOT = re.compile(r"\[bot\]|dependabot|renovate|pre-commit-ci|github-actions|allcontributors|greenkeeper|pyup-bot|"
-                  r"snyk-bot|imgbot|mergify|semantic-release", re.IGNORECASE)
-#: Subjects of formatting, lint, rename and release sweeps.
-_SWEEP = re.compile(
-    r"^(\W*)(style|chore\(deps\)|build\(deps\))\b"
-    r"|\b(re)?format(ting|ted)?\b|\bblack\b|\bisort\b|\bprettier\b|\bruff format\b|\bpyupgrade\b|\blint(ing|er)?\b|"
-    r"\bwhitespace\b|\btypos?\b|\bspelling\b|\brename[sd]?\b|\bbump(ed|s)?\b|\brelease[sd]?\b|\bversion \d|"
-    r"\bchangelog\b|\bmerge (branch|remote-tracking)\b|\bupdate (copyright|license|readme|docs?)\b",
-    re.IGNORECASE,
-)
-_MERGE_SUBJECT = re.compile(r"^Merge (pull request|branch|remote-tracking branch|tag)\b.*$", re.IGNORECASE)
-_TRAILER = re.compile(r"^[A-Z][A-Za-z0-9-]*(-[A-Za-z0-9]+)*: \S")
-_KNOWN_TRAILER = re.compile(
-    r"^(signed-off-by|co-authored-by|co-authored|reviewed-by|acked-by|tested-by|reported-by|suggested-by|"
-    r"helped-by|change-id|cc|fixes|closes|resolves|refs?|see-also|pr-url|pr-close|issue|bug|ghstack-source-id|"
-    r"pull request resolved|differential revision|reviewers|subscribers|tags|approved-by|backport-of|"
-    r"cherry-picked from|x-original-commit)\b.*$",
-    re.IGNORECASE,
-)
-_URL = re.compile(r"<?\bhttps?://[^\s)>\]]+>?|\bwww\.[^\s)>\]]+")
-_HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-_CHECKLIST = re.compile(r"^\s*[-*]\s*\[[ xX]\].*$", re.MULTILINE)
-_REF_WORDS = re.compile(r"\(?\b(fix(es|ed)?|close[sd]?|resolve[sd]?|refs?|see|part of|related to)\s*:?\s*"
-                        r"((\w[\w.-]*/\w[\w.-]*)?(#|gh-)\d+[,\s]*(and\s*)?)+\)?", re.IGNORECASE)
-_REFS = re.compile(r"\(\s*(?:\w[\w.-]*/\w[\w.-]*)?(?:#|gh-|GH-)\d+\s*\)|(?:\w[\w.-]*/\w[\w.-]*)?(?:#|\bgh-|\bGH-)\d+\b")
-_SQUASH_BULLET = re.compile(r"^\s*\*\s+[0-9a-f]{7,40}\s*$", re.MULTILINE)
-_FOOTNOTE = re.compile(r"^\s*\[\d+\]:?\s*$|\s?\[\d+\]", re.MULTILINE)
-_BLANKS = re.compile(r"\n{3,}")
-_SPACES = re.compile(r"[ \t]{2,}")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
-_VENDORED = re.compile(r"(^|/)(_?vendor(ed)?|third[_-]?party|node_modules|dist|build|externals?)/|\.min\.(js|css)$"
-                       r"|(^|/)(examples?|benchmarks?|fixtures?|docs?|scripts?)/")
-
-
-def _strip_trailers(lines: list[str]) -> list[str]:
-    """Drop the trailing block of ``Key: value`` trailer lines and every known trailer line."""
-    out = [ln for ln in lines if not _KNOWN_TRAILER.match(ln.strip())]
-    end = len(out)
-    while end > 0 and (not out[end - 1].strip() or _TRAILER.match(out[end - 1].strip())):
-        end -= 1
-    # only a block after a blank line is a trailer block; a one-paragraph message keeps its lines
-    if end < len(out) and end > 0:
-        tail = [ln for ln in out[end:] if ln.strip()]
-        if tail and all(_TRAILER.match(ln.strip()) for ln in tail):
-            out = out[:end]
-    return out
-
-
-def clean_message(message: str) -> str:
-    """The commit message as a question (see the module contract)."""
-    text = _HTML_COMMENT.sub("", message.replace("\r\n", "\n"))
-    lines = text.split("\n")
-    if lines and _MERGE_SUBJECT.match(lines[0].strip()):
-        lines = lines[1:]
-    lines = _strip_trailers(lines)
-    text = "\n".join(lines)
-    text = _CHECKLIST.sub("", text)
-    text = _SQUASH_BULLET.sub("", text)
-    text = _URL.sub("", text)
-    text = _FOOTNOTE.sub("", text)
-    text = _REF_WORDS.sub("", text)
-    text = _REFS.sub("", text)
-    text = "\n".join(_SPACES.sub(" ", ln).rstrip() for ln in text.split("\n"))
-    text = _BLANKS.sub("\n\n", text).strip()
-    # a subject left ending in a dangling "(" or ":" by a removed reference
-    text = re.sub(r"[ \t]*\(\s*\)", "", text)
-    return text[:QUERY_MAX_CHARS].rstrip()
-
-
-def subject_words(question: str) -> int:
-    """Words in the question's first line."""
-    first = question.split("\n", 1)[0]
-    return len(re.findall(r"\w+", first))
-
-
-def message_skip_reason(author: str, question: str, is_merge: bool) -> str | None:
-    """The first rule on the author and the cleaned message that drops a commit, or None."""
-    if _BOT.search(author):
-        return "bot"
-    if is_merge and not question:
-        return "merge_no_description"
-    if subject_words(question) < MIN_SUBJECT_WORDS:
-        return "short_subject"
-    if _SWEEP.search(question.split("\n", 1)[0]):
-        return "sweep"
-    return None
-
-
-def files_skip_reason(source_files: Sequence[str]) -> str | None:
-    """The rule on the non-test source files a commit touched that drops it, or None."""
-    if not source_files:
-        return "no_source"
-    if len(source_files) > MAX_SOURCE_FILES:
-        return "too_many_files"
-    return None
-
-
-def skip_reason(author: str, question: str, is_merge: bool, source_files: Sequence[str]) -> str | None:
-    """The first rule that drops this commit (message rules, then file rules), or None when it becomes a question."""
-    return message_skip_reason(author, question, is_merge) or files_skip_reason(source_files)
 
 
 def parse_hunks(diff: str) -> dict[str, list[tuple[int, int]]]:
@@ -183,13 +80,6 @@ def overlaps(span: tuple[int, int], ranges: Iterable[tuple[int, int]]) -> bool:
     """Whether the inclusive line span touches any of the inclusive ranges."""
     s, e = span
     return any(s <= re_ and rs <= e for rs, re_ in ranges)
-
-
-def is_source(path: str) -> bool:
-    """A non-test, non-vendored file of a mined language."""
-    if language_for_path(path) not in SOURCE_LANGUAGES or _VENDORED.search(path):
-        return False
-    return file_role(path) != TEST and not path.endswith(".d.ts")
 
 
 def is_eval_repo(owner_name: str) -> bool:
