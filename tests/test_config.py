@@ -104,3 +104,18 @@ def test_a_question_overrides_only_ranking_settings_and_each_bad_one_is_named(tm
         with pytest.raises(ValueError) as info:
             with_overrides(base, overrides, "--set")
         assert str(info.value).startswith("--set: ") and message in str(info.value), info.value
+
+
+def test_a_bare_environment_finds_the_runtime_folder_a_login_shell_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without XDG_RUNTIME_DIR (an MCP server launched with a bare environment) the runtime folder is the user's systemd one when it exists, as a login shell's XDG_RUNTIME_DIR gives, else /tmp/wsctx-UID."""
+    import os
+
+    from daemons.lib import config
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(config, "SYSTEMD_RUNTIME_ROOT", tmp_path)
+    assert config._default_runtime_dir() == f"/tmp/wsctx-{os.getuid()}"
+    (tmp_path / str(os.getuid())).mkdir()
+    bare = config._default_runtime_dir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / str(os.getuid())))
+    assert bare == config._default_runtime_dir() == str(tmp_path / str(os.getuid()) / "wsctx")

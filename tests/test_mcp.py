@@ -12,14 +12,15 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from daemons.lib.workspaces import Registry
 from tests.support import daemon_env, short_tmpdir
 from tests.test_front import FILES, Stack, file_lines
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-async def _session(env: dict[str, str], fn: Callable[[ClientSession], Awaitable[Any]], args: tuple[str, ...] = ()) -> Any:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "daemons.mcp_server", *args], env=env, cwd=str(REPO))
+async def _session(env: dict[str, str], fn: Callable[[ClientSession], Awaitable[Any]], args: tuple[str, ...] = (), cwd: Path = REPO) -> Any:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "daemons.mcp_server", *args], env=env, cwd=str(cwd))
     with open(Path(env["WSCTX_RUNTIME_DIR"]).parent / "mcp-stderr.log", "a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=60) as session:
@@ -27,8 +28,8 @@ async def _session(env: dict[str, str], fn: Callable[[ClientSession], Awaitable[
                 return await fn(session)
 
 
-def in_session(env: dict[str, str], fn: Callable[[ClientSession], Awaitable[Any]], *args: str) -> Any:
-    return anyio.run(_session, env, fn, args)
+def in_session(env: dict[str, str], fn: Callable[[ClientSession], Awaitable[Any]], *args: str, cwd: Path = REPO) -> Any:
+    return anyio.run(_session, env, fn, args, cwd)
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,28 @@ def test_workspace_status_and_daemon_errors_become_tool_errors(mstack):
     assert bad.structured_content["error"]["code"] == "bad_message"
     assert unknown.is_error and unknown.structured_content["error"]["code"] == "unknown_workspace"
     assert not again.is_error and again.structured_content["blocks"][0]["path"] == "config_parser.py"
+
+
+@pytest.mark.timeout(180)
+def test_without_a_workspace_the_server_uses_the_one_it_was_started_in(mstack):
+    """With two workspaces registered and none named, a server started inside one searches that one, and a server started elsewhere gets an error that lists both."""
+    other = short_tmpdir("wo")
+    registry = Registry(mstack.d.data_dir)
+    other_id, _ = registry.add(other)
+    try:
+        async def go(session: ClientSession):
+            return await session.call_tool("search_workspace", {"question": "how is the config file parsed?"})
+
+        inside = in_session(mstack.env, go, cwd=mstack.root / "auth")
+        elsewhere = in_session(mstack.env, go, cwd=other.parent)
+    finally:
+        registry.remove(other_id)
+        shutil.rmtree(other, ignore_errors=True)
+    assert not inside.is_error, inside.content
+    assert inside.structured_content["workspace"] == mstack.wid
+    assert inside.structured_content["blocks"][0]["path"] == "config_parser.py"
+    assert elsewhere.is_error and elsewhere.structured_content["error"]["code"] == "unknown_workspace"
+    assert str(mstack.root) in elsewhere.content[0].text and str(other) in elsewhere.content[0].text
 
 
 @pytest.mark.timeout(120)

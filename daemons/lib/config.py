@@ -30,9 +30,18 @@ TUNED, SPEC = "tuned", "spec"
 RANKINGS = (TUNED, SPEC)
 
 
+#: Where systemd puts each user's runtime folder (``XDG_RUNTIME_DIR`` is ``<this>/<uid>`` there).
+SYSTEMD_RUNTIME_ROOT = Path("/run/user")
+
+
 def _default_runtime_dir() -> str:
-    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/{APP}-{os.getuid()}"
-    return str(Path(base) / APP) if os.environ.get("XDG_RUNTIME_DIR") else base
+    """``$XDG_RUNTIME_DIR/wsctx``; without the variable, the user's systemd runtime folder when it
+    exists (a process started with a bare environment, such as an MCP server an agent launches,
+    then finds the daemons a login shell started), else ``/tmp/wsctx-<uid>``."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if not xdg and (SYSTEMD_RUNTIME_ROOT / str(os.getuid())).is_dir():
+        xdg = str(SYSTEMD_RUNTIME_ROOT / str(os.getuid()))
+    return str(Path(xdg) / APP) if xdg else f"/tmp/{APP}-{os.getuid()}"
 
 
 def _default_data_dir() -> str:

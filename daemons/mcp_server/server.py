@@ -2,7 +2,9 @@
 
 Run ``python -m daemons.mcp_server [--workspace PATH] [--runtime-dir DIR]`` from an MCP client's
 configuration. Settings are loaded as the daemons load them (defaults, TOML file, ``WSCTX_*``);
-``WSCTX_MCP_WORKSPACE`` (or ``--workspace``) is the default workspace of ``search_workspace``.
+``WSCTX_MCP_WORKSPACE`` (or ``--workspace``) is the default workspace of ``search_workspace``;
+without it, the registered workspace that contains the server's working folder (where an MCP
+client starts it), else the only one registered, else a tool error that lists them.
 
 Tools:
 
@@ -31,6 +33,7 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from daemons.client import DAEMONS, WorkspaceClient
+from daemons.lib.workspaces import Registry
 from protocol.errors import ProtocolError
 
 SERVER_NAME = "wsctx"
@@ -92,6 +95,18 @@ def answer_text(prompt: str, context_line: str) -> str:
     return prompt.rstrip("\n") + "\n\n" + context_line + "\n"
 
 
+def cwd_workspace(client: WorkspaceClient) -> str | None:
+    """The server's working folder when it is inside a registered workspace, else None (the front
+    then takes the only registered workspace, or names them all). An MCP client starts its server
+    in the project it works on, so this is the workspace the agent means; the roots capability
+    that could say so otherwise is deprecated in the protocol (SEP-2577)."""
+    try:
+        Registry(client.settings.data_dir).resolve(os.getcwd())
+    except (ProtocolError, OSError):
+        return None
+    return os.getcwd()
+
+
 def build_server(client: WorkspaceClient, default_workspace: str | None = None) -> MCPServer:
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
     conversation = f"mcp-{uuid.uuid4().hex[:12]}"
@@ -109,7 +124,7 @@ def build_server(client: WorkspaceClient, default_workspace: str | None = None) 
             "'where is the retry logic?', 'why does parse_date fail on a trailing Z?'"))],
         workspace: Annotated[str | None, Field(description=(
             "A registered workspace: its id or any path inside it. Default: the workspace of the server's "
-            "--workspace option, else the only one registered."))] = None,
+            "--workspace option, else the one containing the server's working folder, else the only one registered."))] = None,
         active_file: Annotated[str | None, Field(description=(
             "The file the user is looking at (absolute, or relative to the workspace): its code is "
             "searched with priority."))] = None,
@@ -119,7 +134,7 @@ def build_server(client: WorkspaceClient, default_workspace: str | None = None) 
             "Time budget for this question in milliseconds: a stage that cannot finish in it is skipped and "
             "named in the context line (0: wait for every stage; default: the daemons' question_deadline_ms, 2000)."))] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
-        ws = workspace or default_workspace
+        ws = workspace or default_workspace or cwd_workspace(client)
         if active_file and not os.path.isabs(active_file) and not ws:
             active_file = os.path.abspath(active_file)
         if max_snippets is not None and max_snippets < 1:
