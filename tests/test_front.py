@@ -447,6 +447,18 @@ def test_follow_up_is_searched_with_the_previous_question(stack):
 
 
 @pytest.mark.timeout(120)
+def test_a_follow_up_that_finds_nothing_new_says_so_and_names_the_kind_of_file_missing(team_stack):
+    """In a workspace without tests, "and how is it tested?" says no test files are indexed and that the answer holds no file beyond the previous one; a first question says neither."""
+    first = team_stack.ask("how is the invoice total computed?", conversation_id="conv-none", include_team=False)
+    assert "no test files" not in first.context_line and "beyond the previous answer" not in first.context_line
+    again = team_stack.ask("and how is it tested?", conversation_id="conv-none", include_team=False)
+    assert "no test files are indexed" in again.context_line, again.context_line
+    assert "no files beyond the previous answer" in again.context_line, again.context_line
+    fresh = team_stack.ask("where are the tests of the invoice?", include_team=False)
+    assert "no test files are indexed" in fresh.context_line and "beyond the previous answer" not in fresh.context_line
+
+
+@pytest.mark.timeout(120)
 def test_active_file_is_among_the_candidates(stack):
     """A file given as active_file is searched by the focus passes even when the question does not mention it, and the context line names it."""
     reply = stack.ask("exponential backoff between retries", active_file=str(stack.root / "docs/architecture.md"),

@@ -6,7 +6,7 @@ import pytest
 
 from daemons.lib.fusion import RRF_K
 from daemons.lib.assembly import context_line, weights_note
-from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role, role_weights, weight_of
+from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role, role_weights, roles_present, wanted_roles, weight_of
 from daemons.lib.search import hybrid_search
 from daemons.lib.store import IndexStore
 from tests.support import index_row
@@ -129,3 +129,11 @@ def test_order_key_overrides_probability_times_weight() -> None:
     blocks = merge_hits(hits, {})
     assert [b.path for b in blocks] == ["src/a.py", "src/b.py"]
     assert (blocks[0].start_line, blocks[0].end_line, blocks[0].order, blocks[0].score) == (1, 6, 0.15, 0.9)
+
+
+def test_wanted_roles_and_roles_present_name_what_a_question_asks_for_and_what_an_index_holds() -> None:
+    """A question asks for tests, docs or config by its words; the roles present are those of at least one path."""
+    assert wanted_roles("how is the retry tested? where is it documented?") == [TEST, DOC]
+    assert wanted_roles("where is the retry logic?") == []
+    assert roles_present(["src/a.py", "docs/index.md"]) == {SOURCE, DOC}
+    assert roles_present([]) == set()

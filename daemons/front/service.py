@@ -140,7 +140,8 @@ class Front:
         open_docs = [self._rel(root, p) for p in req.open_documents]
         buffers = {self._rel(root, p): text for p, text in req.buffers.items()}
         searched, follow_up = self.conversations.effective_question(req.conversation_id, req.question)
-        focus = focus_files(active, visible, self.conversations.previous_files(req.conversation_id), open_docs, limit=self.s.focus_files)
+        previous_files = self.conversations.previous_files(req.conversation_id)
+        focus = focus_files(active, visible, previous_files, open_docs, limit=self.s.focus_files)
         qplan = plan_for(searched, s)
         stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus, deadline_ms=budget.total_ms,
               queued_ms=round((now - received) * 1000, 2),
@@ -159,6 +160,7 @@ class Front:
         t0 = time.perf_counter()
         degraded: list[str] = []
         search_detail: dict[str, Any] = {}
+        roles_missing: list[str] = []
         try:
             reply = self._client("searcher", self.s.endpoint("searcher")).request(
                 SearchRequest(
@@ -172,6 +174,7 @@ class Front:
             candidates, keyword_query = sr.candidates, sr.keyword_query
             degraded += sr.degraded
             search_detail = {"timings_ms": sr.timings_ms, **sr.index}
+            roles_missing = list(sr.index.get("roles_missing") or [])
         except ProtocolError as exc:
             self.log.warning("searcher_unavailable", error=exc.message)
             candidates, keyword_query = self._local_search(wid, qplan, focus, s)
@@ -284,6 +287,8 @@ class Front:
         notes.append(assembly.named_note((c.path, c.ranks) for c in candidates))
         notes.append(assembly.focus_note(focus, ((c.path, c.ranks) for c in candidates)))
         notes.append(assembly.changed_note(changes.get(b.path, "") for b in blocks if b.kind == assembly.CODE and not b.team))
+        notes.append(assembly.missing_roles_note(roles_missing))
+        notes.append(assembly.nothing_new_note(follow_up, previous_files, [b.path for b in blocks if b.kind == assembly.CODE and not b.team]))
         line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded, notes=notes)
         stage("assemble", t0, blocks=len(out_blocks), chars=sum(len(b.text) for b in out_blocks))
 

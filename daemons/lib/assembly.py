@@ -391,6 +391,22 @@ def context_line(
     return " · ".join(segs)
 
 
+def missing_roles_note(roles: Sequence[str]) -> str:
+    """``no test files are indexed`` for the kinds of file a question asks for that the workspace's
+    index holds none of ("how is it tested?" in a tree without tests); "" when none is missing."""
+    if not roles:
+        return ""
+    names = [f"{role} files" if role != CONFIG else "build or config files" for role in roles]
+    return f"no {' or '.join(names)} are indexed"
+
+
+def nothing_new_note(follow_up: bool, previous_files: Sequence[str], files: Sequence[str]) -> str:
+    """For a follow-up whose answer names only files the previous answer gave, say so; else ""."""
+    if not follow_up or not files or not previous_files or not set(files) <= set(previous_files):
+        return ""
+    return "no files beyond the previous answer"
+
+
 def weights_note(candidates: Iterable[tuple[str, float]]) -> str:
     """``tests ×0.5, docs ×0.5`` for the roles among ``(path, weight)`` candidates weighted below 1; "" if none."""
     seen: dict[str, float] = {}

@@ -14,7 +14,7 @@ The roles come from the path alone, so they need no index column and no rebuild.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 #: RRF multipliers of a test, doc or config chunk when the question does not ask for that kind
 #: (settings ``test_weight``, ``doc_weight``, ``config_weight``), chosen on the validation cases.
@@ -77,14 +77,30 @@ def file_role(path: str) -> str:
     return SOURCE
 
 
+def wanted_roles(question: str) -> list[str]:
+    """The roles other than source that *question* asks for (``test``, ``doc``, ``config``), in that order."""
+    return [role for role, wants in ((TEST, _WANTS_TEST), (DOC, _WANTS_DOC), (CONFIG, _WANTS_CONFIG)) if wants.search(question)]
+
+
 def role_weights(question: str, test_weight: float, doc_weight: float, config_weight: float = 1.0) -> dict[str, float]:
     """The RRF multiplier of each role for *question*; a role the question asks for gets 1.0."""
+    wanted = wanted_roles(question)
     return {
         SOURCE: 1.0,
-        TEST: 1.0 if _WANTS_TEST.search(question) else float(test_weight),
-        DOC: 1.0 if _WANTS_DOC.search(question) else float(doc_weight),
-        CONFIG: 1.0 if _WANTS_CONFIG.search(question) else float(config_weight),
+        TEST: 1.0 if TEST in wanted else float(test_weight),
+        DOC: 1.0 if DOC in wanted else float(doc_weight),
+        CONFIG: 1.0 if CONFIG in wanted else float(config_weight),
     }
+
+
+def roles_present(paths: Iterable[str]) -> set[str]:
+    """The roles that at least one of *paths* has."""
+    out: set[str] = set()
+    for path in paths:
+        out.add(file_role(path))
+        if len(out) == 4:
+            break
+    return out
 
 
 def weight_of(path: str, weights: Mapping[str, float] | None) -> float:
