@@ -29,7 +29,7 @@ from daemons.lib.runtime import Client, control_request
 from daemons.lib.workspaces import Registry
 from protocol.schema import AskRequest, StatusRequest
 
-DAEMONS = ["watcher", "chunker", "embedder", "searcher", "reranker", "front"]
+from daemons import DAEMONS
 GENERIC = [
     "where is the retry logic?", "how is the configuration parsed?", "where are cookies stored?",
     "how are redirects followed?", "where is authentication handled?", "how are timeouts applied?",

@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from daemons import DAEMONS  # noqa: E402
 from protocol.schema import AskRequest  # noqa: E402
 
 DEFAULT_SRC = Path(os.environ.get("WSCTX_BENCH_CACHE", Path.home() / ".cache" / "wsctx-bench")) / "trees" / "requests-2.34.2"
@@ -200,7 +201,7 @@ def run_one(args: argparse.Namespace, label: str, settings: dict[str, Any]) -> d
         sup.wait_indexed(root, 600)
         result["catch_up_s"] = round(time.perf_counter() - t1, 1)
         result["table_matches_disk"] = True
-        result["daemons_up_after"] = {d: sup.alive(d) for d in ("watcher", "chunker", "embedder", "searcher", "reranker", "front")}
+        result["daemons_up_after"] = {d: sup.alive(d) for d in DAEMONS}
     finally:
         left = sup.stop()
         shutil.rmtree(base, ignore_errors=True)

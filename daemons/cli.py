@@ -23,7 +23,8 @@ import xmlrpc.client
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-DAEMONS = ("watcher", "chunker", "embedder", "searcher", "reranker", "front")
+from daemons import DAEMONS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO_ROOT / "supervisord.conf"
 ARTIFACTS = REPO_ROOT / "models" / "artifacts"

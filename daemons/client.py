@@ -23,12 +23,12 @@ from typing import Any
 
 import msgspec
 
+from daemons import DAEMONS
 from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
 from protocol.errors import ProtocolError
 from protocol.schema import AskReply, AskRequest, AskSettings, StatusRequest
 
-DAEMONS = ("watcher", "chunker", "embedder", "searcher", "reranker", "front")
 STATUS_TIMEOUT_MS = 1000
 
 
