@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons import cli
+from daemons import cli, supervision
 from tests.support import REPO, daemon_env, short_tmpdir
 
 # --------------------------------------------------------------------------- parsing
@@ -184,7 +184,7 @@ def test_rendered_config_is_valid_for_supervisord(tmp_path):
     run.mkdir()
     (data / "logs").mkdir(parents=True)
     values = {"WSCTX_PYTHON": "/venv/bin/python", "WSCTX_RUNTIME_DIR": str(run), "WSCTX_DATA_DIR": str(data), "WSCTX_CONFIG": "/nonexistent"}
-    text = cli.render_supervisor_conf((REPO / "supervisord.conf").read_text(), values, ["watcher", "front"], "/repo")
+    text = supervision.render_supervisor_conf((REPO / "supervisord.conf").read_text(), values, ["watcher", "front"], "/repo")
     assert "%(ENV_" not in text and "[program:chunker]" not in text
     conf = tmp_path / "s.conf"
     conf.write_text(text)
@@ -419,7 +419,7 @@ def test_up_add_status_ask_down():
         if "follower" in locals():
             follower.kill()
             follower.wait()
-        left = cli.processes_for(run_dir)
+        left = supervision.processes_for(run_dir)
         shutil.rmtree(base, ignore_errors=True)
     assert down.returncode == 0, down.stdout + down.stderr
     assert follower_survived, "wsctx down ended a process that is not one of its daemons"

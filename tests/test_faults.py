@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 import zmq
 
-from daemons.cli import processes_for
+from daemons import supervision
+from daemons.supervision import processes_for
 from daemons.lib import runtime
 from daemons.lib.config import load_settings
 from protocol import envelope
@@ -187,8 +188,6 @@ class Supervised:
     """
 
     def __init__(self, base: Path, **settings: Any) -> None:
-        from daemons import cli
-
         self.base = base
         self.env = daemon_env(base, **settings)
         self.settings = load_settings(env=self.env)
@@ -197,7 +196,7 @@ class Supervised:
         logs.mkdir(parents=True, exist_ok=True)
         values = {"WSCTX_PYTHON": sys.executable, "WSCTX_RUNTIME_DIR": self.settings.runtime_dir,
                   "WSCTX_DATA_DIR": self.settings.data_dir, "WSCTX_CONFIG": self.env["WSCTX_CONFIG"]}
-        conf = cli.render_supervisor_conf(cli.TEMPLATE.read_text(), values, DAEMONS, str(REPO))
+        conf = supervision.render_supervisor_conf(supervision.TEMPLATE.read_text(), values, DAEMONS, str(REPO))
         self.conf = Path(self.settings.runtime_dir) / "supervisord.conf"
         self.conf.write_text(conf)
         prefix: list[str] = []
@@ -234,10 +233,9 @@ class Supervised:
         return {d: self.pid(d) for d in DAEMONS}
 
     def supervisor_states(self) -> dict[str, str]:
-        from daemons import cli
 
         try:
-            return {p["name"]: p["statename"] for p in cli.supervisor_rpc(self.settings).supervisor.getAllProcessInfo()}
+            return {p["name"]: p["statename"] for p in supervision.supervisor_rpc(self.settings).supervisor.getAllProcessInfo()}
         except Exception as exc:  # noqa: BLE001
             return {"?": repr(exc)}
 
@@ -280,10 +278,9 @@ class Supervised:
 
     def stop(self, timeout: float = 40.0) -> list[int]:
         """Shut supervisord down; return the pids of our processes still alive afterwards (then killed)."""
-        from daemons import cli
 
         try:
-            cli.supervisor_rpc(self.settings).supervisor.shutdown()
+            supervision.supervisor_rpc(self.settings).supervisor.shutdown()
         except Exception:  # noqa: BLE001
             self.proc.terminate()
         try:
@@ -368,10 +365,9 @@ def test_kill9_each_daemon_while_indexing_and_answering(stack: Supervised, ws) -
 @pytest.mark.timeout(600)
 def test_embedder_outage_while_files_change(stack: Supervised, ws) -> None:
     """The embedder hung (SIGSTOP) then stopped for EMBEDDER_OUTAGE_S while files change: answers degrade to keywords, indexing catches up."""
-    from daemons import cli
 
     root, wid = ws
-    rpc = cli.supervisor_rpc(stack.settings)
+    rpc = supervision.supervisor_rpc(stack.settings)
     pid = stack.pid("embedder")
     asker = Asker(stack.endpoint("front"), wid, pause_s=0.3)
     asker.start()

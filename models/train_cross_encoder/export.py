@@ -32,6 +32,13 @@ from common import (BASE_PACKAGE, REPO, CrossEncoderModel, base_dir, collate, lo
 ART = REPO / "models/artifacts/cross-encoder"
 WORK = REPO / "models/.work"
 THRESHOLD = 0.08
+#: What a checkpoint of ``training/train.py cross-encoder`` (``--corpus``) was trained on.
+CORPUS_DATA = ("version 2 of this model, then trained further by training/train.py on training/corpus: "
+               "change -> code questions (cleaned commit messages, the product's chunks of the files each "
+               "commit changed, at the parent commit) and docstring -> definition pairs, from the 70 "
+               "training repositories of training/corpus/manifest.json, with BM25 hard negatives from the "
+               "same commit; listwise + BCE loss, the reranker's 512/64 pairs capped at 320 tokens. No eval "
+               "repository (rules.is_eval_repo), no shared/eval case; 7 repositories held out for validation.")
 
 
 def sha256(p: Path) -> str:
@@ -200,6 +207,11 @@ def main() -> None:
                     help="quantisation to ship (default: the one closest to torch fp32)")
     ap.add_argument("--val-limit", type=int, default=0, help="smoke test: only the first N val queries")
     ap.add_argument("--train-info", default=str(WORK / "train_info.json"))
+    ap.add_argument("--out", default=str(ART), help="artifact folder written (default: the shipped one); a candidate goes elsewhere")
+    ap.add_argument("--metrics-out", default=str(REPO / "models/train_cross_encoder/metrics.json"))
+    ap.add_argument("--version", default="3", help="the manifest's version")
+    ap.add_argument("--corpus", action="store_true",
+                    help="the checkpoint was trained by training/train.py on the mined project histories (the manifest says so)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tok = load_tokenizer()
@@ -280,10 +292,11 @@ def main() -> None:
     cal32 = WORK / "cal.onnx"
     export_onnx(model, cal32)
     cal_fused, _ = fuse(cal32)
-    ART.mkdir(parents=True, exist_ok=True)
-    final = ART / "model.int8.onnx"
+    art = Path(args.out)
+    art.mkdir(parents=True, exist_ok=True)
+    final = art / "model.int8.onnx"
     quantise(cal_fused, final, variant)
-    shutil.copyfile(base_dir() / "tokenizer.json", ART / "tokenizer.json")
+    shutil.copyfile(base_dir() / "tokenizer.json", art / "tokenizer.json")
     # int8 (shipped) vs torch fp32, both calibrated (the head is linear: a * logit + b)
     t_cal = a * t_ref + b
     o_ref = ort_logits(final, tok, sample, args.threads)
@@ -302,7 +315,7 @@ def main() -> None:
     res["training"] = info
     manifest = {
         "name": "wsctx-minilm-l6-code-ce",
-        "version": "3",
+        "version": args.version,
         "kind": "cross-encoder",
         "model_file": "model.int8.onnx",
         "tokenizer_file": "tokenizer.json",
@@ -311,7 +324,7 @@ def main() -> None:
         "base_model": "sentence-transformers/all-MiniLM-L6-v2 (6 layers, 384 hidden, 12 heads)",
         "licence": "Apache-2.0 (base model); fine-tuned weights under the same licence",
         "architecture": "BERT encoder, mean pooling over the whole pair, Linear(384 -> 1)",
-        "training_data": (f"{sum(1 for r in data if r['split'] == 'train')} query-code pairs mined from "
+        "training_data": CORPUS_DATA if args.corpus else (f"{sum(1 for r in data if r['split'] == 'train')} query-code pairs mined from "
                           "13 PyPI source distributions (see models/train_cross_encoder/make_data.py "
                           "for the pinned versions and sha256): docstring sentences, names and "
                           "commit/issue-like phrasings as queries; the definition's code without its "
@@ -335,11 +348,11 @@ def main() -> None:
         "metrics": {"validation": {k: res[k] for k in ("cross_encoder_calibrated", "mrr_positive_among_hard_negatives")},
                     "int8_vs_torch_pearson": corr},
     }
-    manifest["sha256"] = {p.name: sha256(p) for p in sorted(ART.iterdir())
+    manifest["sha256"] = {p.name: sha256(p) for p in sorted(art.iterdir())
                           if p.is_file() and p.name != "manifest.json"}
-    (ART / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (REPO / "models/train_cross_encoder/metrics.json").write_text(json.dumps(res, indent=2) + "\n")
-    print("wrote", ART, {p.name: p.stat().st_size for p in ART.iterdir()})
+    (art / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    Path(args.metrics_out).write_text(json.dumps(res, indent=2) + "\n")
+    print("wrote", art, {p.name: p.stat().st_size for p in art.iterdir()})
 
 
 if __name__ == "__main__":
