@@ -59,6 +59,8 @@ ROLE_FINALISTS = 10
 #: Settings a run can be given (``--set``); the first five (the question's) and the role weights name the cache.
 SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", "rrf_k", "test_weight",
             "doc_weight", "config_weight", "rerank_fusion_k", "rerank_fusion_weight", *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
+#: Whose probabilities the case files held before they were kept per cross-encoder.
+LEGACY_PROBS = "wsctx-minilm-l6-code-ce@2 (model sha256 f1b2a5354dc1)"
 BLEND_K = (0, 5, 10, 30, 60)
 BLEND_WEIGHT = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 100.0)
 TOP_N = 12
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", action="append", help="only this repository's cases (owner/name or PyPI name); repeatable")
     ap.add_argument("--tag", action="append", help="only cases whose nearest_tag is this; repeatable")
     ap.add_argument("--embedder", default=None)
+    ap.add_argument("--reranker-dir", default=None, help="a cross-encoder artifact folder (default: the shipped one)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help=f"one of {', '.join(SETTINGS)}; repeatable")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
     ap.add_argument("--out", default=None)
@@ -149,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rerank:
         from models.cross_encoder import load_cross_encoder
 
-        reranker = load_cross_encoder(None, threads=2)
-        rerank_id = reranker.model_id
+        reranker = load_cross_encoder(args.reranker_dir, threads=2)
+        sha = (reranker.manifest.get("sha256") or {}).get(reranker.manifest.get("model_file", "model.int8.onnx"), "")
+        rerank_id = f"{reranker.model_id} (model sha256 {sha[:12]})"  # the version alone may name two candidates
     code = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
     key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", "test_weight", "doc_weight",
                                     "config_weight", "file_keyword_pool", "file_list", "path_mentions",
@@ -173,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
                 data = case_lists(store, embedder, c["query"], settings)
                 f.write_text(json.dumps(data))
             data["kinds"] = {x: file_role(data["paths"][x]) for x, w in data["roles"].items() if w < 1.0}
+            # probabilities are kept per cross-encoder; those written before were the shipped version 2's
+            by_model = data.setdefault("probs_by_model", {})
+            if data.get("probs") and not by_model:
+                by_model[LEGACY_PROBS] = data["probs"]
+            data["probs"] = by_model.setdefault(rerank_id, {})
             datas[cid], files[cid] = data, f
             c["key"] = cid
             cases.append(c)

@@ -270,6 +270,17 @@ def _coerce(kind: Any, raw: Any) -> Any:
     return str(raw)
 
 
+def _typed(hints: Mapping[str, Any], key: str, raw: Any, where: str, known: Iterable[str]) -> Any:
+    """``raw`` as setting ``key``'s type; ValueError naming *where* for an unknown key (with the
+    closest of *known*) or a value of the wrong type."""
+    if key not in hints:
+        raise ValueError(f"{where}: unknown setting {key!r}{_suggest(key, known)}")
+    try:
+        return _coerce(hints[key], raw)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {key} = {raw!r}: {exc}") from None
+
+
 def _flatten(doc: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in doc.items():
@@ -296,12 +307,7 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
         where = _toml_lines(path, text)
         for key, raw in _flatten(doc).items():
             sources[key] = where.get(key, str(path))
-            if key not in hints:
-                raise ValueError(f"{sources[key]}: unknown setting {key!r}{_suggest(key, hints)}")
-            try:
-                values[key] = _coerce(hints[key], raw)
-            except ValueError as exc:
-                raise ValueError(f"{sources[key]}: {key} = {raw!r}: {exc}") from None
+            values[key] = _typed(hints, key, raw, sources[key], hints)
     for var in sorted(v for v in env if v.startswith("WSCTX_")):
         name = var[len("WSCTX_"):]
         if name.lower() in hints:
@@ -361,14 +367,9 @@ def with_overrides(settings: Settings, overrides: Mapping[str, Any], source: str
     hints = get_type_hints(Settings)
     values: dict[str, Any] = {}
     for key, raw in overrides.items():
-        if key not in hints:
-            raise ValueError(f"{source}: unknown setting {key!r}{_suggest(key, QUESTION_SETTINGS)}")
-        if key not in QUESTION_SETTINGS:
+        if key in hints and key not in QUESTION_SETTINGS:
             raise ValueError(f"{source}: {key} cannot be set for one question (only ranking settings can: {', '.join(QUESTION_SETTINGS)})")
-        try:
-            values[key] = _coerce(hints[key], raw)
-        except ValueError as exc:
-            raise ValueError(f"{source}: {key} = {raw!r}: {exc}") from None
+        values[key] = _typed(hints, key, raw, source, QUESTION_SETTINGS)
     _check_values(values, {k: source for k in values})
     preset: dict[str, Any] = {}
     if values.get("ranking") == SPEC:

@@ -4,20 +4,11 @@ which lines a commit changed, and which files count as source. The message and f
 
 Contract
 --------
-* ``clean_message(message)`` is a commit message as a question: trailers (``Signed-off-by:``,
-  ``Co-authored-by:`` and any ``Key-Name: value`` block at the end), issue and pull-request
-  references (``#123``, ``GH-123``, ``(fixes #4)``, ``owner/repo#5``), URLs, HTML comments,
-  check-list lines and a squash merge's ``* commit`` bullet lists' hashes are removed, blank runs
-  folded, and the result cut to ``QUERY_MAX_CHARS``. A merge's ``Merge pull request #N from
-  a/b`` subject is dropped, so its description becomes the question.
-* ``skip_reason(...)`` names the first rule that drops a commit (``bot``, ``merge_no_description``,
-  ``short_subject``, ``sweep``: ``message_skip_reason``; ``no_source``, ``too_many_files``:
-  ``files_skip_reason``) or is None.
+* ``clean_message``, ``skip_reason``, ``is_source``: see ``daemons.lib.history``.
 * ``parse_hunks(diff)`` is ``{path: [(start, end), ...]}`` of the *old* side (the parent's lines,
   1-based, inclusive) that each hunk of a ``git diff -U0`` changed. A pure insertion after old
   line L is recorded as ``(L, L)`` (``(1, 1)`` at the top): the code the new lines join.
 * ``overlaps(span, ranges)`` says whether a chunk's line span touches any changed range.
-* ``is_source(path)`` is a non-test, non-vendored file in one of ``SOURCE_LANGUAGES``.
 * ``is_eval_repo(owner_name)`` is True for the evaluation repositories, their forks under
   another owner and names that embed them (``EVAL_REPOS``): the miner refuses them.
 * ``near_duplicate(a, b)`` is True when two passages share at least ``NEAR_DUP`` of their
