@@ -27,9 +27,10 @@ from daemons.lib.config import load_settings
 from bench.processes import start_daemons, stop_daemons
 from daemons.lib.runtime import Client, control_request
 from daemons.lib.workspaces import Registry
-from protocol.schema import AskRequest, StatusRequest
+from protocol.schema import AskRequest, AskSettings, StatusRequest
 
 from daemons import DAEMONS
+
 GENERIC = [
     "where is the retry logic?", "how is the configuration parsed?", "where are cookies stored?",
     "how are redirects followed?", "where is authentication handled?", "how are timeouts applied?",
@@ -51,10 +52,14 @@ def questions_for(repo: str | None, n: int) -> list[str]:
 
 
 def summarise(replies: list) -> dict[str, dict[str, float]]:
+    """Median and p95 per stage, and per part of the searcher's work (``search.analyse``, ``search.vector`` …)."""
     stages: dict[str, list[float]] = {}
     for r in replies:
         for s in r.stages:
             stages.setdefault(s.name, []).append(s.ms)
+            if s.name == "search":
+                for part, ms in (s.detail.get("timings_ms") or {}).items():
+                    stages.setdefault(f"search.{part}", []).append(float(ms))
     return {k: {"median_ms": round(statistics.median(v), 1), "p95_ms": round(pct(v, 0.95), 1), "n": len(v)} for k, v in stages.items()}
 
 
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", type=int, default=30)
     ap.add_argument("--idle", type=float, default=3.0, help="reranker idle seconds for the cold run")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "latency.json"))
+    ap.add_argument("--compare", action="append", default=[], metavar="NAME=VALUE",
+                    help="ask the warm questions again with these ranking settings (the question's own), alternating; repeatable")
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="wsl", dir="/tmp"))
@@ -89,11 +96,18 @@ def main(argv: list[str] | None = None) -> int:
         client = Client(settings.endpoint("front"), sender="bench")
         qs = questions_for(args.repo, args.questions)
 
-        def ask(q: str):
-            return client.request(AskRequest(question=q, workspace=wid), timeout_ms=60000).body
+        overrides = dict(pair.split("=", 1) for pair in args.compare)
+
+        def ask(q: str, changes: dict[str, str] | None = None):
+            request = AskRequest(question=q, workspace=wid, settings=AskSettings(overrides=changes or {}))
+            return client.request(request, timeout_ms=60000).body
 
         ask(qs[0])  # start the pool
-        warm = [ask(q) for q in qs]
+        warm, changed = [], []
+        for q in qs:  # side by side: each question with the defaults, then with the overrides
+            warm.append(ask(q))
+            if overrides:
+                changed.append(ask(q, overrides))
         cold = []
         for q in qs:
             deadline = time.monotonic() + args.idle + 30
@@ -104,16 +118,21 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.5)
             cold.append(ask(q))
         results["warm"] = summarise(warm)
+        if overrides:
+            results["warm_with"] = {"overrides": overrides, **summarise(changed)}
         results["cold"] = summarise(cold)
         results["degraded_warm"] = sum(1 for r in warm if r.degraded)
         results["degraded_cold"] = sum(1 for r in cold if r.degraded)
     finally:
         stop_daemons(procs.values())
-    for mode in ("warm", "cold"):
-        print(f"\n{mode} ({args.questions} questions)")
-        print(f"{'stage':<10} {'median ms':>10} {'p95 ms':>10}")
+    for mode in ("warm", "warm_with", "cold"):
+        if mode not in results:
+            continue
+        print(f"\n{mode} ({args.questions} questions)" + (f" {overrides}" if mode == "warm_with" else ""))
+        print(f"{'stage':<18} {'median ms':>10} {'p95 ms':>10}")
         for stage, v in results[mode].items():  # type: ignore[union-attr]
-            print(f"{stage:<10} {v['median_ms']:>10} {v['p95_ms']:>10}")
+            if isinstance(v, dict) and "median_ms" in v:
+                print(f"{stage:<18} {v['median_ms']:>10} {v['p95_ms']:>10}")
     Path(args.out).write_text(json.dumps(results, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -1,6 +1,9 @@
 """Reranker speed: load time, RSS, and 12 realistic candidates scored on one thread.
 
-    .venv/bin/python bench/reranker_speed.py [--repeats 10]
+    .venv/bin/python bench/reranker_speed.py [--repeats 10] [--reranker-dir DIR] [--compare DIR]
+
+``--compare DIR`` also times a second model folder on the same pairs, the two runs alternating,
+and prints the ratio of the medians (a candidate against the shipped model, side by side).
 
 Candidates are ~1,000-character chunks (cut at line boundaries, relative path on the first line)
 of real code from packages installed in the venv, as the index would hold them.  Writes
@@ -69,6 +72,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "bench/results/reranker_speed.json"))
+    ap.add_argument("--reranker-dir", default=None, help="the model folder (default: the shipped one)")
+    ap.add_argument("--compare", default=None, help="a second model folder timed side by side")
     args = ap.parse_args()
     rss0 = rss_mb()
     t0 = time.perf_counter()
@@ -76,7 +81,7 @@ def main() -> None:
 
     t_import = time.perf_counter() - t0
     t1 = time.perf_counter()
-    ce = load_cross_encoder(threads=args.threads)
+    ce = load_cross_encoder(args.reranker_dir, threads=args.threads)
     t_load = time.perf_counter() - t1
     rss_load = rss_mb()
     cands = candidates()
@@ -116,6 +121,21 @@ def main() -> None:
     for r in rows:
         print(f"{r['candidates']:32} {r['n']:>3} {r['batch_size']:>5} {r['median_s']:>9.3f} "
               f"{r['min_s']:>7.3f} {r['pairs_per_s']:>8.1f}")
+    if args.compare:
+        other = load_cross_encoder(args.compare, threads=args.threads)
+        times: dict[str, list[float]] = {ce.model_id + " (a)": [], other.model_id + " (b)": []}
+        for model in (ce, other):
+            model.score(QUESTIONS[1], cands, batch_size=4)  # warm
+        for _ in range(args.repeats):
+            for (name, ts), model in zip(times.items(), (ce, other)):
+                s = time.perf_counter()
+                model.score(QUESTIONS[1], cands, batch_size=4)
+                ts.append(time.perf_counter() - s)
+        med = {name: statistics.median(ts) for name, ts in times.items()}
+        (a, ma), (b, mb) = med.items()
+        res["compare"] = {"a": a, "b": b, "median_s": med, "ratio_b_over_a": round(mb / ma, 3),
+                          "b_file_mb": round((other.folder / "model.int8.onnx").stat().st_size / 2**20, 1)}
+        print(f"side by side, {len(cands)} realistic pairs, batch 4: {a} {ma:.3f} s, {b} {mb:.3f} s, b/a {mb / ma:.2f}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
