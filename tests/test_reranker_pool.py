@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons.cli import processes_for
+from daemons.supervision import processes_for
 from daemons.lib import runtime
 from daemons.lib.config import load_settings
 from protocol.errors import Unavailable

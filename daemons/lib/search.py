@@ -75,7 +75,6 @@ def hybrid_search(
     top_n: int = 12,
     rrf_k: int = RRF_K,
     file_pool: int = FILE_KEYWORD_POOL,
-    use_keywords: bool = True,
     role_weights: Mapping[str, float] | None = None,
     file_list: str = BOTH,
     mentioned: Sequence[str] = (),
@@ -96,7 +95,7 @@ def hybrid_search(
     jobs: dict[str, Any] = {}
     if query_vector is not None and vector_k > 0:
         jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, vector_k)
-    if use_keywords and keyword_k > 0:
+    if keyword_k > 0:
         jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, max(keyword_k, file_pool))
         if file_pool > 0 and file_list != CHUNKS:
             # twice as many files as kept, so the role weights below have some to choose from
@@ -104,8 +103,7 @@ def hybrid_search(
     if focus_paths and focus_k > 0:
         if query_vector is not None:
             jobs[FOCUS_VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, focus_k, focus_paths)
-        if use_keywords:
-            jobs[FOCUS_KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, focus_k, focus_paths)
+        jobs[FOCUS_KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, focus_k, focus_paths)
     rows_by_chunk: dict[str, dict[str, Any]] = {}
     lists: dict[str, list[str]] = {}
     timings: dict[str, float] = {}

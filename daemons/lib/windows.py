@@ -18,21 +18,10 @@ Contract
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-__all__ = ["Window", "embed_text", "window_texts", "windows"]
+__all__ = ["embed_text", "window_texts", "windows"]
 
 #: Fraction of the window's end in which a natural boundary is searched for.
 BOUNDARY_FRACTION = 0.2
-
-
-@dataclass(frozen=True)
-class Window:
-    """One embedded row: the chunk it belongs to, its window number, the text embedded."""
-
-    chunk_index: int
-    window: int
-    text: str
 
 
 def window_texts(text: str, size: int = 600, overlap: int = 80) -> list[str]:

@@ -19,13 +19,11 @@ Fault injection for tests (environment only; inert unless set):
 """
 from __future__ import annotations
 
-import inspect
 import os
 import queue
 import sys
 import threading
 import time
-from typing import Any
 
 import zmq
 
@@ -40,36 +38,11 @@ def _fault_int(name: str) -> int | None:
     return int(raw) if raw.strip() else None
 
 
-def _memory_friendly(so: Any) -> Any:
-    """No memory arena (freed tensors go back to the system) and no memory pattern (shapes vary)."""
-    so.enable_cpu_mem_arena = False
-    so.enable_mem_pattern = False
-    return so
-
-
 def load_model(model_dir: str | None):
-    """Load the cross-encoder with one thread and a memory-friendly onnxruntime session."""
+    """Load the cross-encoder with one thread (the loader's session keeps no memory arena)."""
     from models.cross_encoder import load_cross_encoder
 
-    params = inspect.signature(load_cross_encoder).parameters
-    if "session_options" in params:  # the loader lets callers shape the session
-        import onnxruntime as ort
-
-        return load_cross_encoder(model_dir, threads=1, session_options=_memory_friendly(ort.SessionOptions()))
-    # The loader builds its own SessionOptions: adjust them on their way into the session. This
-    # process exists only to hold this one model, so the patch is local and lasts one call.
-    import onnxruntime as ort
-
-    original = ort.InferenceSession
-
-    def session(path: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> Any:
-        return original(path, _memory_friendly(sess_options or ort.SessionOptions()), *args, **kwargs)
-
-    ort.InferenceSession = session  # type: ignore[misc]
-    try:
-        return load_cross_encoder(model_dir, threads=1)
-    finally:
-        ort.InferenceSession = original  # type: ignore[misc]
+    return load_cross_encoder(model_dir, threads=1)
 
 
 class Worker:
