@@ -1,0 +1,140 @@
+"""Soak: bench.load's questions for --minutes while files are edited and workspaces come and go,
+every daemon under supervisord (issue 23).
+
+The six daemons are brought up under supervisord as ``wsctx up`` does, a copy of WORKSPACE
+(default: requests 2.34.2 from the bench cache, else a generated one) is indexed, and then, in
+rounds of --round seconds until --minutes have passed:
+
+* --clients client threads ask questions back to back while files are rewritten (``run_load``:
+  an error reply, or no answer within 90 s, is an error; degraded answers are counted apart);
+* after each round a new generated workspace (40 modules) is added, and every third round the
+  oldest added one is removed again, so indexes are built and dropped under load;
+* the resident memory of every daemon and reranker worker is read from /proc.
+
+At the end every workspace still registered must match its files on disk. Prints one row per
+round (answered, p50/p95/p99, errors, degraded, memory per daemon) and memory at the start and
+the end; writes bench/results/soak.json.
+
+    python -m bench.soak                      # 30 minutes, 20 clients
+    python -m bench.soak --minutes 3 --round 60
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.load import DEFAULT_SRC, pct, run_load  # noqa: E402
+from daemons.supervision import processes_for  # noqa: E402
+
+OUT = REPO / "bench" / "results" / "soak.json"
+_MODULE = re.compile(rb"-m\0daemons\.([a-z_.]+)\0")
+
+
+def memory_mb(runtime_dir: str) -> dict[str, float]:
+    """Resident MB of each daemon (reranker workers summed as ``reranker.worker``) of this runtime dir."""
+    out: dict[str, float] = {}
+    for pid in processes_for(runtime_dir):
+        try:
+            m = _MODULE.search(Path(f"/proc/{pid}/cmdline").read_bytes() + b"\0")
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if not m:
+            continue
+        rss = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0.0)
+        name = m.group(1).decode()
+        out[name] = round(out.get(name, 0.0) + rss, 1)
+    return dict(sorted(out.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from daemons import cli
+    from tests.support import short_tmpdir, table_mismatches
+    from tests.test_faults import Supervised, fixture_cross_encoder, make_workspace
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workspace", type=lambda s: Path(s) if s else None, default=DEFAULT_SRC if DEFAULT_SRC.is_dir() else None,
+                    help="the folder copied and indexed (\"\": a generated one of 200 modules)")
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--round", type=float, default=120.0, help="seconds of load between workspace changes")
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--edits", type=int, default=20, help="files rewritten per round")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+
+    base = short_tmpdir("wk")
+    root = base / "w"
+    if args.workspace:
+        shutil.copytree(args.workspace, root, symlinks=True)
+    else:
+        make_workspace(root, n=200)
+    sup = Supervised(base, reranker_dir=str(fixture_cross_encoder(base / "ce")))
+    rounds: list[dict[str, Any]] = []
+    latencies_p95: list[float] = []
+    added: list[tuple[str, Path]] = []
+    result: dict[str, Any] = {"workspace": str(args.workspace or "generated (200 modules)"), "minutes": args.minutes,
+                              "clients": args.clients, "round_s": args.round}
+    try:
+        sup.wait_all(180)
+        wid = sup.add_workspace(root)
+        sup.wait_indexed(root, 1800)
+        result["memory_start_mb"] = memory_mb(sup.settings.runtime_dir)
+        print(f"indexed; memory {result['memory_start_mb']}", flush=True)
+        started = time.monotonic()
+        n = 0
+        while time.monotonic() - started < args.minutes * 60:
+            n += 1
+            r = run_load(sup.endpoint("front"), wid, root, args.clients, args.round, args.edits)
+            extra = base / f"extra{n}"
+            make_workspace(extra, n=40)
+            added.append((sup.add_workspace(extra), extra))
+            removed = ""
+            if n % 3 == 0 and len(added) > 1:
+                old_id, old_root = added.pop(0)
+                cli.main(["--runtime-dir", sup.settings.runtime_dir, "--data-dir", sup.settings.data_dir, "remove", old_id])
+                shutil.rmtree(old_root, ignore_errors=True)
+                removed = old_id
+            row = {"round": n, "minute": round((time.monotonic() - started) / 60, 1), **{k: r[k] for k in (
+                "answered", "throughput_qps", "p50_ms", "p95_ms", "p99_ms", "errors", "degraded", "files_edited")},
+                "error_samples": r["error_samples"][:3], "workspaces": 1 + len(added), "removed": removed,
+                "memory_mb": memory_mb(sup.settings.runtime_dir)}
+            rounds.append(row)
+            latencies_p95.append(r["p95_ms"])
+            print(f"round {n} at {row['minute']} min: {row['answered']} answered, p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms, "
+                  f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors, {row['degraded']} degraded; memory {row['memory_mb']}", flush=True)
+        for _, extra in added:
+            sup.wait_indexed(extra, 600)
+        sup.wait_indexed(root, 600)
+        result["mismatches_at_end"] = {str(p): table_mismatches(sup.settings.data_dir, p) for p in [root, *(e for _, e in added)]}
+        result["memory_end_mb"] = memory_mb(sup.settings.runtime_dir)
+    finally:
+        result["leftover_processes"] = sup.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    result["rounds"] = rounds
+    result["errors"] = sum(r["errors"] for r in rounds)
+    result["answered"] = sum(r["answered"] for r in rounds)
+    result["p95_of_rounds_ms"] = {"first": latencies_p95[0] if latencies_p95 else None, "last": latencies_p95[-1] if latencies_p95 else None,
+                                  "median": round(pct(latencies_p95, 0.5), 1) if latencies_p95 else None}
+    print(f"\n{result['answered']} answered, {result['errors']} errors over {len(rounds)} rounds; p95 per round "
+          f"{result['p95_of_rounds_ms']}")
+    print(f"{'daemon':<18} {'start MB':>9} {'end MB':>9}")
+    for name in sorted(set(result.get("memory_start_mb", {})) | set(result.get("memory_end_mb", {}))):
+        print(f"{name:<18} {result.get('memory_start_mb', {}).get(name, 0):>9.0f} {result.get('memory_end_mb', {}).get(name, 0):>9.0f}")
+    print(f"mismatches at the end: {sum(len(v) for v in result.get('mismatches_at_end', {}).values())}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
