@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 removed = old_id
             row = {"round": n, "minute": round((time.monotonic() - started) / 60, 1), **{k: r[k] for k in (
                 "answered", "throughput_qps", "p50_ms", "p95_ms", "p99_ms", "errors", "degraded", "files_edited")},
-                "error_samples": r["error_samples"][:3], "workspaces": 1 + len(added), "removed": removed,
+                "error_samples": r["error_samples"][:3], "degraded_kinds": r["degraded_kinds"], "workspaces": 1 + len(added), "removed": removed,
                 "memory_mb": memory_mb(sup.settings.runtime_dir)}
             rounds.append(row)
             latencies_p95.append(r["p95_ms"])
