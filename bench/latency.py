@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from daemons.cli import question_overrides
 from daemons.lib.config import load_settings
 from bench.processes import start_daemons, stop_daemons
 from daemons.lib.runtime import Client, control_request
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                # answer them with no worker started, and the deadline would turn a slow start into fused order
                WSCTX_RERANK_CACHE_PAIRS="0", WSCTX_QUESTION_DEADLINE_MS="0")
     settings = load_settings(env=env)
+    overrides = question_overrides(settings, args.compare)  # checked as `wsctx ask --set` checks them, before anything starts
     wid, _ = Registry(settings.data_dir).add(ws)
     procs: dict[str, subprocess.Popen] = {}
     results: dict[str, object] = {"workspace": args.workspace, "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count()}
@@ -96,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         client = Client(settings.endpoint("front"), sender="bench")
         qs = questions_for(args.repo, args.questions)
 
-        overrides = dict(pair.split("=", 1) for pair in args.compare)
 
         def ask(q: str, changes: dict[str, str] | None = None):
             request = AskRequest(question=q, workspace=wid, settings=AskSettings(overrides=changes or {}))

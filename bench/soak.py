@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 import time
@@ -34,25 +33,23 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.load import DEFAULT_SRC, pct, run_load  # noqa: E402
-from daemons.supervision import processes_for  # noqa: E402
+from daemons.supervision import daemon_name, processes_for  # noqa: E402
 
 OUT = REPO / "bench" / "results" / "soak.json"
-_MODULE = re.compile(rb"-m\0daemons\.([a-z_.]+)\0")
 
 
 def memory_mb(runtime_dir: str) -> dict[str, float]:
     """Resident MB of each daemon (reranker workers summed as ``reranker.worker``) of this runtime dir."""
     out: dict[str, float] = {}
     for pid in processes_for(runtime_dir):
+        name = daemon_name(pid)
+        if name is None:
+            continue
         try:
-            m = _MODULE.search(Path(f"/proc/{pid}/cmdline").read_bytes() + b"\0")
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        if not m:
-            continue
         rss = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0.0)
-        name = m.group(1).decode()
         out[name] = round(out.get(name, 0.0) + rss, 1)
     return dict(sorted(out.items()))
 

@@ -724,12 +724,31 @@ def build_ask_request(args: argparse.Namespace, workspace: str, overrides: dict[
     )
 
 
+def front_endpoint(settings) -> str:
+    """The running front's endpoint; CLIError when the front is not up."""
+    endpoint = settings.endpoint("front")
+    path = _ipc_path(endpoint)
+    if (path is not None and not path.exists()) or not is_up(settings, "front"):
+        raise CLIError("front is not running: start it with `wsctx up`")
+    return endpoint
+
+
+def ask_front(client, request, timeout_s: float):
+    """The front's reply body to *request*; CLIError naming a timeout or the front's error."""
+    from protocol.errors import ProtocolError, Timeout
+
+    try:
+        return client.request(request, timeout_ms=int(timeout_s * 1000)).body
+    except Timeout:
+        raise CLIError(f"front did not answer within {timeout_s:g} s: see `wsctx status` and `wsctx logs front`") from None
+    except ProtocolError as exc:
+        raise CLIError(f"front: {exc.code.value}: {exc.message}") from None
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     import msgspec
 
     from daemons.lib import runtime
-    from protocol.errors import ProtocolError, Timeout
-
     from daemons.lib.config import question_settings_problem
 
     settings = _settings(args)
@@ -751,20 +770,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
             wid = resolve_workspace(settings, None)[0]
         except CLIError:
             wid = ""  # let the front say which workspace it wants
-    endpoint = settings.endpoint("front")
-    path = _ipc_path(endpoint)
-    if (path is not None and not path.exists()) or not is_up(settings, "front"):
-        raise CLIError("front is not running: start it with `wsctx up`")
-    client = runtime.Client(endpoint, sender="cli")
+    client = runtime.Client(front_endpoint(settings), sender="cli")
     try:
-        reply = client.request(build_ask_request(args, wid, overrides), timeout_ms=int(args.timeout * 1000))
-    except Timeout:
-        raise CLIError(f"front did not answer within {args.timeout:g} s: see `wsctx status` and `wsctx logs front`") from None
-    except ProtocolError as exc:
-        raise CLIError(f"front: {exc.code.value}: {exc.message}") from None
+        body = ask_front(client, build_ask_request(args, wid, overrides), args.timeout)
     finally:
         client.close()
-    data = msgspec.to_builtins(reply.body)
+    data = msgspec.to_builtins(body)
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
@@ -775,7 +786,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from daemons.lib import evaluation, runtime
     from daemons.lib.history import NotAGitRepository
-    from protocol.errors import ProtocolError, Timeout
     from protocol.schema import AskRequest, AskSettings
 
     from daemons.lib.config import with_overrides
@@ -786,8 +796,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise CLIError(f"--cases must be at least 1, not {cases}")
     overrides = question_overrides(settings, args.set)
     wid, root = resolve_workspace(settings, args.workspace)
-    if not is_up(settings, "front"):
-        raise CLIError("front is not running: start it with `wsctx up`")
+    endpoint = front_endpoint(settings)
     report = gather_status(settings)["workspaces"].get(wid)
     if report is not None and (still_indexing({wid: report}) or report.get("vectors_pending")):
         raise CLIError(f"{wid} is still being indexed: wait for it with `wsctx status --wait`, then run eval")
@@ -798,7 +807,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(evaluation.skipped_line(ev.history), file=sys.stderr)
     if not ev.history.cases:
         raise CLIError("no commit in the history makes a question (see the skipped counts above)")
-    client = runtime.Client(settings.endpoint("front"), sender="cli-eval")
+    client = runtime.Client(endpoint, sender="cli-eval")
 
     def product(changes: dict[str, str]) -> evaluation.Ask:
         # every candidate kept and fitted (threshold 0, any size), no deadline: the product's whole order
@@ -807,12 +816,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         def ask(question: str) -> list[str]:
             request = AskRequest(question=question, workspace=wid, include_team=False, settings=ask_settings)
-            try:
-                body = client.request(request, timeout_ms=int(args.timeout * 1000)).body
-            except Timeout:
-                raise CLIError(f"front did not answer within {args.timeout:g} s") from None
-            except ProtocolError as exc:
-                raise CLIError(f"front: {exc.code.value}: {exc.message}") from None
+            body = ask_front(client, request, args.timeout)
             return evaluation.files_in_order(b.path for b in body.blocks if not b.team)
         return ask
 

@@ -145,6 +145,16 @@ def processes_for(runtime_dir: str) -> list[int]:
 _DAEMON_CMD = re.compile(rb"\0-m\0daemons\.(" + "|".join(DAEMONS).encode() + rb"|reranker\.worker)\0")
 
 
+def daemon_name(pid: int) -> str | None:
+    """The daemon a process runs (``watcher`` … ``front``, ``reranker.worker``), from its command
+    line; None for any other process or one that is gone."""
+    try:
+        m = _DAEMON_CMD.search(b"\0" + Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return None
+    return m.group(1).decode() if m else None
+
+
 def daemon_processes(runtime_dir: str, supervisor_pid: int | None = None) -> list[int]:
     """The processes ``wsctx down`` may end: supervisord (its pid file) and its descendants, and,
     among the processes of this runtime dir, only those whose command line is one of our daemons
@@ -169,13 +179,7 @@ def daemon_processes(runtime_dir: str, supervisor_pid: int | None = None) -> lis
             new = {pid for pid, ppid in parents.items() if ppid in ours and pid not in ours}
             ours |= new
             grew = bool(new)
-    for pid in processes_for(runtime_dir):
-        try:
-            cmd = b"\0" + Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if _DAEMON_CMD.search(cmd):
-            ours.add(pid)
+    ours.update(pid for pid in processes_for(runtime_dir) if daemon_name(pid) is not None)
     ours.discard(os.getpid())
     return sorted(ours)
 

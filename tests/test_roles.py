@@ -135,5 +135,5 @@ def test_wanted_roles_and_roles_present_name_what_a_question_asks_for_and_what_a
     """A question asks for tests, docs or config by its words; the roles present are those of at least one path."""
     assert wanted_roles("how is the retry tested? where is it documented?") == [TEST, DOC]
     assert wanted_roles("where is the retry logic?") == []
-    assert roles_present(["src/a.py", "docs/index.md"]) == {SOURCE, DOC}
-    assert roles_present([]) == set()
+    assert roles_present(frozenset({"src/a.py", "docs/index.md"})) == {SOURCE, DOC}
+    assert roles_present(frozenset()) == set()

@@ -320,8 +320,6 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
             known = [f"WSCTX_{h.upper()}" for h in hints] + [f"WSCTX_{o}" for o in OTHER_VARIABLES]
             raise ValueError(f"unknown setting in environment variable {var}{_suggest(var, known)}")
     values.update(overrides)
-    if values.get("ranking", TUNED) not in RANKINGS:
-        raise ValueError(f"{sources.get('ranking', 'setting')}: ranking {values['ranking']!r}: use {', '.join(RANKINGS)}")
     if values.get("ranking") == SPEC:
         values.update(SPEC_RANKING)
     _check_values(values, sources)

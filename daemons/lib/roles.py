@@ -14,7 +14,8 @@ The roles come from the path alone, so they need no index column and no rebuild.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from functools import lru_cache
 
 #: RRF multipliers of a test, doc or config chunk when the question does not ask for that kind
 #: (settings ``test_weight``, ``doc_weight``, ``config_weight``), chosen on the validation cases.
@@ -93,14 +94,16 @@ def role_weights(question: str, test_weight: float, doc_weight: float, config_we
     }
 
 
-def roles_present(paths: Iterable[str]) -> set[str]:
-    """The roles that at least one of *paths* has."""
+@lru_cache(maxsize=16)
+def roles_present(paths: frozenset[str]) -> frozenset[str]:
+    """The roles that at least one of *paths* has; remembered for the last few path sets (an
+    index's paths are one frozenset per table version, so a question does not walk them again)."""
     out: set[str] = set()
     for path in paths:
         out.add(file_role(path))
         if len(out) == 4:
             break
-    return out
+    return frozenset(out)
 
 
 def weight_of(path: str, weights: Mapping[str, float] | None) -> float:

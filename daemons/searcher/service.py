@@ -94,8 +94,6 @@ class Searcher:
         self.stop = threading.Event()
         self.registry = Registry(settings.data_dir)
         self.stores: dict[str, IndexStore] = {}
-        # per workspace: the indexed paths last looked at, and the roles (test, doc ...) among them
-        self.roles_seen: dict[str, tuple[frozenset[str], set[str]]] = {}
         self.lock = threading.Lock()
         self.embedder = QueryEmbedder(settings.endpoint("embedder.query"), self.ctx)
 
@@ -163,23 +161,14 @@ class Searcher:
         return SearchReply(
             keyword_query=keyword_query, candidates=candidates, degraded=degraded, timings_ms=timings,
             index={"model_id": meta.get("model_id"), "list_sizes": {k: len(v) for k, v in result.lists.items()},
-                   "roles_missing": self.roles_missing(req.workspace, store, qplan)},
+                   "roles_missing": self.roles_missing(store, qplan)},
         )
 
-    def roles_missing(self, wid: str, store: IndexStore, qplan: QueryPlan) -> list[str]:
-        """The kinds of file (test, doc, config) the question asks for that the index has none of;
-        the roles present are counted once per set of indexed paths."""
+    def roles_missing(self, store: IndexStore, qplan: QueryPlan) -> list[str]:
+        """The kinds of file (test, doc, config) the question asks for that the index has none of."""
         wanted = wanted_roles(qplan.role_text)
-        if not wanted:
-            return []
-        paths = store.paths()
-        with self.lock:
-            seen = self.roles_seen.get(wid)
-        if seen is None or seen[0] is not paths:
-            seen = (paths, roles_present(paths))
-            with self.lock:
-                self.roles_seen[wid] = seen
-        return [role for role in wanted if role not in seen[1]]
+        present = roles_present(store.paths()) if wanted else frozenset()
+        return [role for role in wanted if role not in present]
 
     def embed_plan(self, qplan: QueryPlan, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
         """The question's query vector (or one row per text for ``dense_query = max``), within
