@@ -53,14 +53,15 @@ from bench.common import (
 from bench.validation import LONG_LIMIT, SUFFIXES, validation_cases, validation_tree
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows, rerank_order
-from daemons.lib import fusion, roles, search
+from daemons.lib import echoes, fusion, roles, search
 from daemons.lib import mentions as mentions_mod, question as question_mod
 from daemons.lib.roles import role_weights
 from daemons.lib.search import hybrid_search
 from models.cross_encoder import rerank_passage
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused", "cross_encoder", "reranked"]
-SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "file_keyword_pool", "file_list",
+SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "question_copy_weight",
+                   "file_keyword_pool", "file_list",
                    "path_mentions", "question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars",
                    *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
 #: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
@@ -222,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                 ranked["no_mentions"] = files_in_order(
                     hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights).candidates)
                 res = hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights, mentioned=named,
-                                    list_weights=settings.list_weights())
+                                    list_weights=settings.list_weights(), copy_key=echoes.copy_key(q),
+                                    copy_weight=settings.question_copy_weight)
                 ranked["fused"] = files_in_order(res.candidates)
                 if reranker is not None:
                     cands = res.candidates

@@ -195,8 +195,17 @@ class Invoice:
         return round(self.subtotal_cents() * (1 + self.tax_rate))
 '''
 
+# a benchmark's sample questions: it quotes a question word for word without answering it
+QUESTIONS = '''"""Questions the latency benchmark asks."""
+QUESTIONS = [
+    "where are revoked bearer tokens checked?",
+    "how long does a session token live?",
+]
+'''
+
 FILES = {
     "retry.py": RETRY,
+    "bench/questions.py": QUESTIONS,
     "config_parser.py": CONFIG,
     "auth/token_store.py": TOKENS,
     "tests/test_retry.py": TEST_RETRY,
@@ -389,6 +398,18 @@ def test_a_question_sets_its_own_ranking_and_bad_overrides_name_the_setting(stac
         with pytest.raises(BadMessage) as info:
             stack.ask(question, overrides=overrides)
         assert message in info.value.message, info.value.message
+
+
+@pytest.mark.timeout(120)
+def test_code_quoting_the_question_is_weighed_below_the_code_that_answers_it(stack):
+    """A sample list holding the question word for word is weighted down and named in the context line, so the token store leads; SPEC's weight 1 is one setting away."""
+    question = "where are revoked bearer tokens checked?"
+    reply = stack.ask(question, threshold=0.0)
+    assert code_blocks(reply)[0].path == "auth/token_store.py", reply.context_line
+    assert "1 candidate quotes the question ×0.25" in reply.context_line
+    plain = stack.ask(question, threshold=0.0, overrides={"question_copy_weight": "1"})
+    assert code_blocks(plain)[0].path == "bench/questions.py", plain.context_line
+    assert "quotes the question" not in plain.context_line
 
 
 @pytest.mark.timeout(120)

@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from daemons.lib import assembly, deadline, runtime
+from daemons.lib import assembly, deadline, echoes, runtime
 from daemons.lib.assembly import Hit
 from daemons.lib.chunking import language_for_path
 from daemons.lib.config import Settings, load_settings, question_settings_problem, with_overrides
@@ -282,8 +282,13 @@ class Front:
         degraded += assembly.progress_notes(progress)
         kept_labels = [(assembly.label(b), b.score if probs is not None else None) for b in blocks if b.kind == assembly.CODE and not b.team]
         near_labels = [(assembly.span_label(c.path, c.start_line, c.end_line), p) for c, p in near]
-        weighted = assembly.weights_note((c.path, c.weight) for c in candidates)
+        key = echoes.copy_key(searched) if s.question_copy_weight < 1.0 else ""
+        copies = {id(c) for c in candidates if echoes.quotes_question(c.text, key)}
+        # a copy's weight holds the copy weight too; the roles' note wants its role weight alone
+        weighted = assembly.weights_note((c.path, c.weight / s.question_copy_weight if id(c) in copies else c.weight)
+                                         for c in candidates if id(c) not in copies or s.question_copy_weight > 0)
         notes = [f"weighted {weighted}"] if weighted else []
+        notes.append(assembly.copies_note(len(copies), s.question_copy_weight))
         notes.append(assembly.named_note((c.path, c.ranks) for c in candidates))
         notes.append(assembly.focus_note(focus, ((c.path, c.ranks) for c in candidates)))
         notes.append(assembly.changed_note(changes.get(b.path, "") for b in blocks if b.kind == assembly.CODE and not b.team))

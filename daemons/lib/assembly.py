@@ -400,6 +400,14 @@ def missing_roles_note(roles: Sequence[str]) -> str:
     return f"no {' or '.join(names)} are indexed"
 
 
+def copies_note(count: int, weight: float) -> str:
+    """``2 candidates quote the question ×0.25`` when *count* candidates hold the question as a
+    string literal and were weighted down by *weight* (``echoes``); "" otherwise."""
+    if not count or weight >= 1.0:
+        return ""
+    return f"{count} candidate{'s' if count != 1 else ''} quot{'e' if count != 1 else 'es'} the question ×{weight:g}"
+
+
 def nothing_new_note(follow_up: bool, previous_files: Sequence[str], files: Sequence[str]) -> str:
     """For a follow-up whose answer names only files the previous answer gave, say so; else ""."""
     if not follow_up or not files or not previous_files or not set(files) <= set(previous_files):

@@ -21,6 +21,7 @@ from typing import Any, get_type_hints
 from daemons.lib.fusion import (
     BOTH, FILE_BM25, FILE_KEYWORD, FILE_LISTS, KEYWORD, LIST_WEIGHTS, MENTIONED, RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RRF_K, VECTOR,
 )
+from daemons.lib.echoes import QUESTION_COPY_WEIGHT
 from daemons.lib.roles import CONFIG_WEIGHT, DOC_WEIGHT, TEST_WEIGHT
 from daemons.lib.question import DENSE_MAX_WINDOWS, DENSE_QUERIES, KEYWORD_MAX_TERMS, RERANK_QUERY_CHARS, WHOLE
 
@@ -122,6 +123,8 @@ class Settings:
     test_weight: float = TEST_WEIGHT
     doc_weight: float = DOC_WEIGHT
     config_weight: float = CONFIG_WEIGHT
+    # RRF multiplier for a chunk holding the question itself as a string literal (echoes.py)
+    question_copy_weight: float = QUESTION_COPY_WEIGHT
     rerank_top: int = 12
     embed_timeout_ms: int = 1500
     # reranking
@@ -176,7 +179,7 @@ class Settings:
 #: cross-encoder probability alone, fusion.rerank_order).
 SPEC_RANKING: dict[str, Any] = {
     "rrf_k": 60, "file_keyword_pool": 0, "path_mentions": False, "question_analysis": False,
-    "test_weight": 1.0, "doc_weight": 1.0, "config_weight": 1.0, "rerank_fusion_weight": 1000.0,
+    "test_weight": 1.0, "doc_weight": 1.0, "config_weight": 1.0, "question_copy_weight": 1.0, "rerank_fusion_weight": 1000.0,
     **{f"list_weight_{name}": 1.0 for name in LIST_WEIGHTS},
 }
 
@@ -193,7 +196,7 @@ OTHER_VARIABLES = frozenset({
 #: Inclusive bounds of the numeric settings where a value outside makes no sense (None: open).
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "rerank_threshold": (0.0, 1.0), "test_weight": (0.0, 1.0), "doc_weight": (0.0, 1.0), "config_weight": (0.0, 1.0),
-    "rerank_fusion_weight": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
+    "question_copy_weight": (0.0, 1.0), "rerank_fusion_weight": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
     "vector_k": (1, None), "keyword_k": (1, None), "focus_k": (0, None), "focus_files": (0, None), "rrf_k": (1, None),
     "rerank_top": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
     "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None),
@@ -348,7 +351,7 @@ def _check_values(values: Mapping[str, Any], sources: Mapping[str, str]) -> None
 QUESTION_SETTINGS = (
     "ranking", "vector_k", "keyword_k", "rrf_k", "file_keyword_pool", "file_list", "path_mentions", "question_analysis",
     "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", *(f"list_weight_{name}" for name in LIST_WEIGHTS),
-    "test_weight", "doc_weight", "config_weight", "rerank_top", "rerank_fusion_k", "rerank_fusion_weight",
+    "test_weight", "doc_weight", "config_weight", "question_copy_weight", "rerank_top", "rerank_fusion_k", "rerank_fusion_weight",
 )
 
 

@@ -39,6 +39,7 @@ from daemons.lib.fusion import (
     VECTOR, file_keyword_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
+from daemons.lib import echoes
 from daemons.lib.roles import role_weights, weight_of
 from daemons.lib.store import IndexStore
 from protocol.schema import Candidate
@@ -79,6 +80,8 @@ def hybrid_search(
     file_list: str = BOTH,
     mentioned: Sequence[str] = (),
     list_weights: Mapping[str, float] | None = None,
+    copy_key: str = "",
+    copy_weight: float = 1.0,
 ) -> SearchResult:
     """Run the searches concurrently and return the fused top ``top_n`` chunk rows.
 
@@ -88,7 +91,9 @@ def hybrid_search(
     is the question's path-like tokens (``mentions.mentions``): the files they name form the
     ``mentioned`` list, each at its representative chunk. A 2-D ``query_vector`` searches with each
     row and keeps each chunk at its nearest (``question.MAX``). ``list_weights`` is each list's vote in
-    the fusion by list name (``fusion.rrf``; a list not named counts 1.0).
+    the fusion by list name (``fusion.rrf``; a list not named counts 1.0). A chunk that quotes the
+    question (``echoes.quotes_question`` with ``copy_key``) has its weight multiplied by
+    ``copy_weight``.
     """
     if file_list not in FILE_LISTS:
         raise ValueError(f"file_list is {file_list!r}, not one of {', '.join(FILE_LISTS)}")
@@ -143,7 +148,14 @@ def hybrid_search(
         for r in rows:
             rows_by_chunk.setdefault(r["chunk_id"], r)
     t0 = time.perf_counter()
-    weighted = weighted_fuse(lists, lambda cid: weight_of(rows_by_chunk[cid]["path"], role_weights), rrf_k, list_weights)
+    def weight(cid: str) -> float:
+        row = rows_by_chunk[cid]
+        w = weight_of(row["path"], role_weights)
+        if copy_weight != 1.0 and echoes.quotes_question(str(row.get("text") or ""), copy_key):
+            w *= copy_weight
+        return w
+
+    weighted = weighted_fuse(lists, weight, rrf_k, list_weights)
     timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
     candidates = []
     for f, w, score in weighted[:top_n]:
@@ -221,4 +233,5 @@ def settings_search(store: IndexStore, qplan: QueryPlan, query_vector: np.ndarra
         mentioned=qplan.mentions if s.path_mentions else (),
         role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight),
         list_weights=s.list_weights(),
+        copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
     )
