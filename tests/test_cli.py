@@ -394,6 +394,9 @@ def test_up_add_status_ask_down():
             # remove: unregistered, the index folder deleted by the embedder, nothing indexed after
             index = Path(env["WSCTX_DATA_DIR"]) / "indexes" / wid
             assert index.is_dir()
+            searcher = json.loads(_wsctx(env, "status", "--json").stdout)["daemons"].get("searcher", {}).get("details", {})
+            if "searcher" in daemons and "front" in daemons:
+                assert wid in searcher["open_tables"] and searcher["lance_cache"]["bytes"] > 0, searcher
             removed = _wsctx(env, "remove", wid)
             assert removed.returncode == 0, removed.stdout + removed.stderr
             assert f"removed {wid}" in removed.stdout and "MB freed" in removed.stdout
@@ -402,6 +405,8 @@ def test_up_add_status_ask_down():
             time.sleep(2)  # several debounce periods: an event for it would have been sent by now
             st = json.loads(_wsctx(env, "status", "--json").stdout)
             assert wid not in st["workspaces"] and not index.exists()
+            if "searcher" in daemons:  # the removed workspace's table is closed, holding no memory
+                assert wid not in st["daemons"]["searcher"]["details"]["open_tables"], st["daemons"]["searcher"]
             gone = _wsctx(env, "remove", wid)
             assert gone.returncode != 0 and "no workspace is registered" in gone.stdout + gone.stderr
 

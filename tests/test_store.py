@@ -151,3 +151,36 @@ def test_document_frequencies_count_files_per_term_and_follow_writes(tmp_path, m
     store._df_thread.join(30)
     df, files = store.document_frequencies()
     assert files == 3 and df["c"] == 1
+
+
+def _write_and_search(folder, rng: np.random.Generator, writes: int) -> None:
+    """``writes`` one-file rewrites, each with an optimize every 10 and a keyword and vector search
+    through a reader that follows every version, as the embedder and the searcher do."""
+    writer = IndexStore.open_writer(folder, META)
+    for k in range(40):
+        writer.replace_file(f"src/f{k}.py", rows(f"src/f{k}.py", "h0", 5, rng, word=f"w{k % 7}"))
+    reader = IndexStore.open_reader(folder)
+    for n in range(1, writes + 1):
+        writer.replace_file(f"src/f{n % 40}.py", rows(f"src/f{n % 40}.py", f"h{n}", 5, rng, word=f"w{n % 7}"))
+        if n % 10 == 0:
+            writer.optimize()
+        reader.keyword_search(f"w{n % 7} chunk1", 10)
+        reader.vector_search(rows("q", "q", 1, rng)[0]["vector"], 10)
+
+
+@pytest.fixture
+def restore_caches():
+    yield
+    store_mod.configure_caches()
+
+
+@pytest.mark.timeout(300)
+def test_lancedb_caches_stay_within_their_bounds_over_many_table_versions(tmp_path, restore_caches) -> None:
+    """Every write makes a table version whose pages LanceDB caches; bounded caches stay under their bound, LanceDB's own do not."""
+    store_mod.configure_caches(1, 1)
+    _write_and_search(tmp_path / "bounded", np.random.default_rng(3), 80)
+    bounded = store_mod.cache_usage()
+    assert 0 < bounded["bytes"] <= 2 << 20, bounded
+    store_mod.configure_caches(0, 0)  # LanceDB's own sizes: 6 GiB and 1 GiB
+    _write_and_search(tmp_path / "default", np.random.default_rng(3), 80)
+    assert store_mod.cache_usage()["bytes"] > 2 * bounded["bytes"], (store_mod.cache_usage(), bounded)

@@ -27,7 +27,7 @@ from daemons.lib import runtime
 from daemons.lib.config import Settings, load_settings
 from daemons.lib.indexing import chunk_shape, embed_rows, index_meta, keyword_rows, pending_hash, plan_rows
 from daemons.lib.log import configure
-from daemons.lib.store import IndexStore, RebuildNeeded
+from daemons.lib.store import IndexStore, RebuildNeeded, cache_usage, configure_caches
 from daemons.lib.vectorcache import VectorCache, cache_file
 from daemons.lib.workspaces import Registry, check_event, index_dir, remove_index, safe_relpath
 from models.embedding import ModelUnavailable, load_embedder
@@ -64,6 +64,7 @@ class Embedder:
         self.stop = threading.Event()
         self.registry = Registry(settings.data_dir)
         self.indexes: dict[str, WorkspaceIndex] = {}
+        configure_caches(settings.lance_index_cache_mb, settings.lance_metadata_cache_mb)
         self.vector_index_builds: dict[str, threading.Thread] = {}
         self.lock = threading.RLock()
         self.model = None  # indexing (embed_threads, at the lowered priority)
@@ -470,7 +471,7 @@ class Embedder:
         out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "chunker_problem": self.chunker_problem,
                                "write_error": self.write_error, "writes_failed": self.stats.snapshot().get("writes.failed", 0), "workspaces": {},
                                "vector_cache": {"rows": self.vectors.rows, "max_rows": self.vectors.max_rows} if self.vectors is not None else None,
-                               "vectors_waiting": len(self.vector_queue)}
+                               "vectors_waiting": len(self.vector_queue), "lance_cache": cache_usage()}
         for wid, idx in list(self.indexes.items()):
             entry: dict[str, Any] = {"root": idx.root, "problem": idx.problem}
             if idx.store is not None:

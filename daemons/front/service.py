@@ -34,7 +34,7 @@ from daemons.lib.question import QueryPlan, plan_for
 from daemons.lib.log import configure
 from daemons.lib.search import settings_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
-from daemons.lib.store import IndexStore
+from daemons.lib.store import IndexStore, cache_usage, configure_caches
 from daemons.lib.widening import lines_text, split_lines, widen
 from daemons.lib.workspaces import Registry, index_dir, safe_relpath
 from models.cross_encoder import rerank_passage
@@ -72,6 +72,7 @@ class Front:
         self.stats = runtime.Stats()
         self.stop = threading.Event()
         self.registry = Registry(settings.data_dir)
+        configure_caches(settings.lance_index_cache_mb, settings.lance_metadata_cache_mb)
         self.conversations = Conversations()
         self.local = threading.local()
         self.team_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="team")
@@ -381,7 +382,7 @@ class Front:
                 sock.close(0)
                 raise SystemExit(f"front: {exc}") from None
         control = runtime.ControlServer(self.ctx, self.s.control_endpoint("front"), "front", self.log, self.stats, self.stop,
-                                        status_fn=lambda: {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp})
+                                        status_fn=lambda: {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp, "lance_cache": cache_usage()})
         control.start()
         handlers = {"ask_request": self.ask}
         threads = []

@@ -54,6 +54,15 @@ def _default_pool_size() -> int:
     return max(1, min(3, (os.cpu_count() or 1) // 4))
 
 
+#: LanceDB's caches of index pages and of table metadata, in MB, shared by every table a process
+#: opens (``store.configure_caches``). LanceDB's own defaults, 6 GiB and 1 GiB, let a long-running
+#: daemon grow with every write: each write and each optimize makes a new table version whose
+#: manifest, fragments and index parts are cached beside the old ones, which nothing reads again
+#: (bench/store_memory.py; docs/reliability.md "Soak").
+INDEX_CACHE_MB = 128
+METADATA_CACHE_MB = 32
+
+
 @dataclass
 class Settings:
     # where things live
@@ -86,6 +95,10 @@ class Settings:
     # false: every row is written with its vector (SPEC)
     keywords_first: bool = True
     optimize_every: int = 50  # table writes between compactions / FTS folds
+    # LanceDB's caches per process, in MB (store.py; 0: LanceDB's own 6 GiB and 1 GiB, which a
+    # long-running daemon fills with the pages of table versions nothing reads again)
+    lance_index_cache_mb: int = INDEX_CACHE_MB
+    lance_metadata_cache_mb: int = METADATA_CACHE_MB
     # searching
     vector_k: int = 20
     keyword_k: int = 20
@@ -201,7 +214,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "rerank_top": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
     "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None),
     "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None),
-    "embed_threads": (0, None), "optimize_every": (1, None), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
+    "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
     "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
     "team_timeout_ms": (1, None), "index_nice": (0, 19), "vector_cache_rows": (0, None), "rerank_cache_pairs": (0, None), "question_deadline_ms": (0, None),

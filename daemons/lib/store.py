@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 from lancedb.index import FTS, BTree, HnswSq
 
+from daemons.lib.config import INDEX_CACHE_MB, METADATA_CACHE_MB
 from daemons.lib.keywords import file_keyword_text
 
 TABLE = "chunks"
@@ -42,6 +43,40 @@ FTS_CONFIG = dict(
 #: The whole-file column is only ever searched by terms, never by phrase: no positions.
 FILE_FTS_CONFIG = {**FTS_CONFIG, "with_position": False}
 FILE_KEYWORDS = "file_keywords"
+_session_lock = threading.Lock()
+_session: Any = None
+
+
+def _new_session(index_mb: int, metadata_mb: int) -> Any:
+    sizes = {}
+    if index_mb:
+        sizes["index_cache_size_bytes"] = int(index_mb) << 20
+    if metadata_mb:
+        sizes["metadata_cache_size_bytes"] = int(metadata_mb) << 20
+    return lancedb.Session(**sizes)
+
+
+def configure_caches(index_mb: int = INDEX_CACHE_MB, metadata_mb: int = METADATA_CACHE_MB) -> None:
+    """Bound the LanceDB caches of every table this process opens from now on (0: LanceDB's own
+    default for that cache). Tables opened before keep the caches they were opened with."""
+    global _session
+    with _session_lock:
+        _session = _new_session(index_mb, metadata_mb)
+
+
+def _lance_session() -> Any:
+    """The session every connection of this process shares (made with the defaults on first use)."""
+    global _session
+    with _session_lock:
+        if _session is None:
+            _session = _new_session(INDEX_CACHE_MB, METADATA_CACHE_MB)
+        return _session
+
+
+def cache_usage() -> dict[str, int]:
+    """``{"bytes": …, "items": …}`` held by this process's LanceDB caches now."""
+    session = _lance_session()
+    return {"bytes": int(session.size_bytes), "items": int(session.approx_num_items)}
 
 
 class RebuildNeeded(RuntimeError):
@@ -145,7 +180,7 @@ class IndexStore:
         """Open or create the table; raise RebuildNeeded when it was made with other settings."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        db = lancedb.connect(str(folder))
+        db = lancedb.connect(str(folder), session=_lance_session())
         if TABLE in db.list_tables().tables and not _half_created(folder):
             store = cls(folder, db.open_table(TABLE), db)
             problems = store.mismatch(meta)
@@ -166,7 +201,7 @@ class IndexStore:
         folder = Path(folder)
         if not folder.is_dir():
             return None
-        db = lancedb.connect(str(folder), read_consistency_interval=timedelta(seconds=0))
+        db = lancedb.connect(str(folder), read_consistency_interval=timedelta(seconds=0), session=_lance_session())
         if TABLE not in db.list_tables().tables or _half_created(folder):
             return None
         return cls(folder, db.open_table(TABLE), db)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from daemons.lib.log import configure
 from daemons.lib.lru import LRU
 from daemons.lib.roles import roles_present, wanted_roles
 from daemons.lib.search import settings_search, to_candidates
-from daemons.lib.store import IndexStore
+from daemons.lib.store import IndexStore, cache_usage, configure_caches
 from daemons.lib.workspaces import Registry, index_dir
 from protocol import envelope
 from protocol.errors import BadMessage, ProtocolError, UnknownWorkspace
@@ -95,6 +96,7 @@ class Searcher:
         self.registry = Registry(settings.data_dir)
         self.stores: dict[str, IndexStore] = {}
         self.lock = threading.Lock()
+        configure_caches(settings.lance_index_cache_mb, settings.lance_metadata_cache_mb)
         self.embedder = QueryEmbedder(settings.endpoint("embedder.query"), self.ctx)
 
     def store_for(self, wid: str) -> IndexStore | None:
@@ -110,10 +112,22 @@ class Searcher:
                     store.document_frequencies()  # starts the term count a long question's keyword query uses
             return store
 
+    def forget_removed(self, registered: Mapping[str, Any]) -> None:
+        """Close the tables of workspaces no longer registered, so a removed one holds no memory."""
+        with self.lock:
+            for wid in [w for w in self.stores if w not in registered]:
+                del self.stores[wid]
+
+    def status(self) -> dict[str, Any]:
+        """The tables open now (those of removed workspaces are closed first) and LanceDB's cache use."""
+        self.forget_removed(self.registry.load())
+        return {"open_tables": list(self.stores), "lance_cache": cache_usage()}
+
     def search(self, msg: envelope.Message) -> SearchReply:
         req = msg.body
         started = time.perf_counter()
         entries = self.registry.load()
+        self.forget_removed(entries)
         if req.workspace not in entries:
             raise UnknownWorkspace(f"unknown workspace {req.workspace!r}")
         timings: dict[str, float] = {}
@@ -195,7 +209,7 @@ class Searcher:
         sock = runtime.make_socket(self.ctx, zmq.ROUTER)
         runtime.bind(sock, self.s.endpoint("searcher"))
         control = runtime.ControlServer(self.ctx, self.s.control_endpoint("searcher"), "searcher", self.log, self.stats, self.stop,
-                                        status_fn=lambda: {"open_tables": list(self.stores)})
+                                        status_fn=self.status)
         control.start()
         self.log.info("started")
         runtime.serve_threaded(self.ctx, sock, {"search_request": self.search}, self.log, "searcher", self.stats, self.stop, workers=4)
