@@ -23,7 +23,7 @@ the question is answered five ways:
 * ``cross_encoder`` the fused 12 rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
   ordered by probability times role weight alone (SPEC §2 as written)
 * ``reranked``   the product's final order: fused rank and cross-encoder rank blended by
-  ``fusion.rerank_order`` (k and weight from the settings), as the front orders its blocks
+  ``pipeline.final_files`` (k and weight from the settings), as the front orders its blocks
   (no threshold cut, so recall is comparable)
 
 Metrics per case set and per repository: recall@1/5/10, acc@1/3/5, MRR at file level (a chunk
@@ -52,7 +52,8 @@ from bench.common import (
 )
 from bench.validation import LONG_LIMIT, SUFFIXES, validation_cases, validation_tree
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
-from daemons.lib.fusion import fold_windows, rerank_order
+from daemons.lib.fusion import fold_windows
+from daemons.lib.pipeline import final_files
 from daemons.lib import echoes, fusion, roles, search
 from daemons.lib import mentions as mentions_mod, question as question_mod
 from daemons.lib.roles import role_weights
@@ -89,14 +90,7 @@ def reranked_orders(ranked: dict, settings) -> tuple[list[str], list[str]]:
     paths, probs, weights = ranked["fused_chunks"], ranked["fused_probs"], ranked["fused_weights"]
     weighted = [p * w for p, w in zip(probs, weights)]
     by_prob = sorted(range(len(paths)), key=lambda i: (-weighted[i], i))
-    return files_in_order([paths[i] for i in by_prob]), blended_files(paths, weighted, settings.rerank_fusion_k, settings.rerank_fusion_weight)
-
-
-def blended_files(paths: list[str], weighted: list[float], k: int, weight: float) -> list[str]:
-    """The product's final file order: candidates' *paths* in fused order and their cross-encoder
-    probabilities times role weight, blended by ``fusion.rerank_order``."""
-    keys = rerank_order(paths, weighted, k, weight)
-    return files_in_order([paths[i] for i in sorted(range(len(paths)), key=lambda i: (-keys[i], i))])
+    return files_in_order([paths[i] for i in by_prob]), final_files(paths, weighted, settings.rerank_fusion_k, settings.rerank_fusion_weight)
 
 
 def select_cases(which: str, cache: Path, repos: list[str] | None = None, tags: list[str] | None = None, limit: int = 0,

@@ -35,7 +35,8 @@ from bench.common import (
     METRIC_NAMES, EmbedCache, apply_overrides, bench_settings, file_metrics, files_in_order, index_key, mean_metrics, open_or_build,
     question_queries,
 )
-from bench.quality import blended_files, select_cases
+from bench.quality import select_cases
+from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion, mentions as mentions_mod, question as question_mod, roles, search
 from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, weighted_fuse
@@ -104,7 +105,7 @@ def final_files(data: dict[str, Any], top: list[str], weights: dict[str, float],
     """The product's final file order of *top* (fused order) blended with the cross-encoder, each
     probability times the chunk's role multiplier under *weights*, as the front weighs it."""
     role_weight = role_weight_of(data, weights)
-    return blended_files([data["paths"][c] for c in top], [data["probs"][c] * role_weight(c) for c in top], k, weight)
+    return pipeline.final_files([data["paths"][c] for c in top], [data["probs"][c] * role_weight(c) for c in top], k, weight)
 
 
 def score(cases: list[dict], files_of) -> dict[str, Any]:

@@ -944,6 +944,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _ask_arguments(sp: argparse.ArgumentParser) -> None:
+    """The arguments of ``wsctx ask``."""
+    sp.add_argument("question", help="the question; - reads it from standard input")
+    sp.add_argument("--workspace", "-w", default=None, help="id or a path inside it (default: the one containing cwd, or the only one)")
+    sp.add_argument("--file", default=None, help="the active editor's file")
+    sp.add_argument("--visible", nargs="+", action="extend", default=[], metavar="F", help="files in visible editors")
+    sp.add_argument("--open", nargs="+", action="extend", default=[], metavar="F", help="other open documents")
+    sp.add_argument("--conversation", default="", help="conversation id (follow-up questions)")
+    sp.add_argument("--threshold", type=float, default=None, help="rerank threshold for this question")
+    sp.add_argument("--snippets", type=int, default=None, help="snippet count for this question")
+    sp.add_argument("--budget", type=int, default=None, help="character budget for this question")
+    sp.add_argument("--no-rerank", action="store_true", default=False, help="skip the cross-encoder (fused order)")
+    sp.add_argument("--deadline", type=int, default=None, metavar="MS",
+                    help="time budget for this question in ms (0: none; default: question_deadline_ms)")
+    sp.add_argument("--no-team", action="store_true", default=False, help="do not ask the team index")
+    sp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a ranking setting for this question only (rrf_k, list_weight_vector, ranking=spec, ...); repeatable")
+    sp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
+    sp.add_argument("--json", action="store_true", default=False, help="print the AskReply as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument("--runtime-dir", help="folder of the ipc sockets (default: settings' runtime_dir)")
@@ -989,23 +1010,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-n", "--lines", type=int, default=20, help="lines per file (default 20)")
 
     sp = add("ask", cmd_ask, "ask the front a question and print the code blocks and the context line")
-    sp.add_argument("question", help="the question; - reads it from standard input")
-    sp.add_argument("--workspace", "-w", default=None, help="id or a path inside it (default: the one containing cwd, or the only one)")
-    sp.add_argument("--file", default=None, help="the active editor's file")
-    sp.add_argument("--visible", nargs="+", action="extend", default=[], metavar="F", help="files in visible editors")
-    sp.add_argument("--open", nargs="+", action="extend", default=[], metavar="F", help="other open documents")
-    sp.add_argument("--conversation", default="", help="conversation id (follow-up questions)")
-    sp.add_argument("--threshold", type=float, default=None, help="rerank threshold for this question")
-    sp.add_argument("--snippets", type=int, default=None, help="snippet count for this question")
-    sp.add_argument("--budget", type=int, default=None, help="character budget for this question")
-    sp.add_argument("--no-rerank", action="store_true", default=False, help="skip the cross-encoder (fused order)")
-    sp.add_argument("--deadline", type=int, default=None, metavar="MS",
-                    help="time budget for this question in ms (0: none; default: question_deadline_ms)")
-    sp.add_argument("--no-team", action="store_true", default=False, help="do not ask the team index")
-    sp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="a ranking setting for this question only (rrf_k, list_weight_vector, ranking=spec, ...); repeatable")
-    sp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (default 30)")
-    sp.add_argument("--json", action="store_true", default=False, help="print the AskReply as JSON")
+    _ask_arguments(sp)
 
     sp = add("eval", cmd_eval, "measure retrieval on the workspace's own git history: its commits asked as questions, "
                                "the files they changed as answers, beside whole-file BM25")

@@ -109,7 +109,7 @@ def test_workspace_status_and_daemon_errors_become_tool_errors(mstack):
     assert set(status.structured_content["up"]) == {"watcher", "chunker", "embedder", "searcher", "front"}
     assert status.structured_content["down"] == ["reranker"]
     assert "front: up" in status.content[0].text and "reranker: down" in status.content[0].text
-    assert f"workspace {mstack.wid}: 5 of 5 files indexed" in status.content[0].text
+    assert f"workspace {mstack.wid}: {len(FILES)} of {len(FILES)} files indexed" in status.content[0].text
     assert bad.is_error and bad.content[0].text.startswith("bad_message: ")
     assert bad.structured_content["error"]["code"] == "bad_message"
     assert unknown.is_error and unknown.structured_content["error"]["code"] == "unknown_workspace"

@@ -16,26 +16,25 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import zmq
 
-from daemons.lib import assembly, deadline, echoes, runtime
+from daemons.lib import assembly, deadline, pipeline, runtime
 from daemons.lib.assembly import Hit
 from daemons.lib.chunking import language_for_path
 from daemons.lib.config import Settings, load_settings, question_settings_problem, with_overrides
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.indexing import chunk_content_hash
-from daemons.lib.fusion import rerank_order
 from daemons.lib.question import QueryPlan, plan_for
 from daemons.lib.log import configure
 from daemons.lib.search import settings_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
 from daemons.lib.store import IndexStore, cache_usage, configure_caches
-from daemons.lib.widening import lines_text, split_lines, widen
 from daemons.lib.workspaces import Registry, index_dir, safe_relpath
 from models.cross_encoder import rerank_passage
 from protocol import envelope
@@ -62,6 +61,28 @@ MAX_QUESTION_CHARS = 100_000
 #: Threads answering questions: they mostly wait on the searcher and the reranker, and a question
 #: waiting for a thread is already spending its budget.
 FRONT_THREADS = 16
+
+
+@dataclass
+class _Question:
+    """One question on its way through the stages: what was asked, where, and what happened so far."""
+
+    req: AskRequest
+    s: Settings  # the daemons' settings with the question's overrides
+    budget: deadline.Budget
+    wid: str
+    root: str
+    buffers: dict[str | None, str]
+    searched: str  # the question after the follow-up rule
+    follow_up: bool
+    previous_files: list[str]
+    focus: list[str]
+    qplan: QueryPlan
+    stages: list[Stage] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+
+    def stage(self, name: str, t0: float, **detail: Any) -> None:
+        self.stages.append(Stage(name=name, ms=round((time.perf_counter() - t0) * 1000, 2), detail=detail))
 
 
 class Front:
@@ -108,15 +129,52 @@ class Front:
         return safe_relpath(root, path)
 
     def ask(self, msg: envelope.Message) -> AskReply:
-        req: AskRequest = msg.body
+        """Answer one question: prepare, search, rerank, order, widen, team, assemble (module doc)."""
         t_start = time.perf_counter()
+        q = self._prepare(msg.body)
+        team_futures = [(spec, self.team_pool.submit(self._ask_team, spec, q.searched))
+                        for spec in (self.s.team_fronts if q.req.include_team else [])]
+        candidates, keyword_query, roles_missing = self._search(q)
+        probs = self._rerank(q, candidates)
+        threshold = q.req.settings.threshold if q.req.settings.threshold is not None else self.s.rerank_threshold
+        ordered = pipeline.order(candidates, probs, q.s, threshold)
+
+        t0 = time.perf_counter()
+        texts: dict[str, str] = {}
+        changes: dict[str, str] = {}  # path -> how it differs from the indexed version (freshness)
+        widen_files = not q.budget.spent()
+        if ordered.kept and not widen_files:
+            q.degraded.append(deadline.SKIPPED_WIDEN)
+        for cand, _ in ordered.kept:
+            if widen_files and cand.path not in changes:
+                changes[cand.path] = self._file_change(q.root, cand, q.buffers)
+
+        def text_of(path: str) -> str | None:
+            return self._file_text(q.root, path, q.buffers, texts) if widen_files else None
+
+        hits = pipeline.widen_hits(ordered, text_of, language_for_path, self.s.widen_max_chars)
+        q.stage("widen", t0, hits=len(hits), from_buffer=[p for p in texts if p in q.buffers])
+        team_hits = self._team(q, team_futures)
+
+        t0 = time.perf_counter()
+        snippets = q.req.settings.snippet_count if q.req.settings.snippet_count is not None else self.s.snippet_count
+        budget_chars = q.req.settings.budget_chars if q.req.settings.budget_chars is not None else self.s.budget_chars
+        blocks = pipeline.assemble(hits, team_hits, texts, {h.path: h.language for h in hits}, self.s, snippets, budget_chars)
+        reply = self._reply(q, blocks, candidates, ordered, changes, roles_missing, keyword_query)
+        q.stage("assemble", t0, blocks=len(reply.blocks), chars=sum(len(b.text) for b in reply.blocks))
+
+        self.conversations.remember(q.req.conversation_id, q.searched, sorted({b.path for b in blocks if not b.team}))
+        q.stages.append(Stage(name="total", ms=round((time.perf_counter() - t_start) * 1000, 2)))
+        reply.stages = q.stages
+        self.stats.incr("questions")
+        if q.degraded:
+            self.stats.incr("questions.degraded")
+        return reply
+
+    def _prepare(self, req: AskRequest) -> _Question:
+        """Check the request, resolve its workspace and files, apply the follow-up rule and plan the searches."""
+        received = runtime.received_at() or time.monotonic()
         now = time.monotonic()
-        received = runtime.received_at() or now
-        stages: list[Stage] = []
-
-        def stage(name: str, t0: float, **detail: Any) -> None:
-            stages.append(Stage(name=name, ms=round((time.perf_counter() - t0) * 1000, 2), detail=detail))
-
         if len(req.question) > MAX_QUESTION_CHARS:
             raise BadMessage(f"question is {len(req.question)} characters; the limit is {MAX_QUESTION_CHARS}")
         if not req.question.strip():
@@ -143,172 +201,112 @@ class Front:
         searched, follow_up = self.conversations.effective_question(req.conversation_id, req.question)
         previous_files = self.conversations.previous_files(req.conversation_id)
         focus = focus_files(active, visible, previous_files, open_docs, limit=self.s.focus_files)
-        qplan = plan_for(searched, s)
-        stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus, deadline_ms=budget.total_ms,
-              queued_ms=round((now - received) * 1000, 2),
-              **({"question": qplan.analysis.account()} if qplan.analysis is not None else {}))
+        q = _Question(req=req, s=s, budget=budget, wid=wid, root=root, buffers=buffers, searched=searched, follow_up=follow_up,
+                      previous_files=previous_files, focus=focus, qplan=plan_for(searched, s))
+        q.stage("prepare", t0, workspace=wid, follow_up=follow_up, focus=focus, deadline_ms=budget.total_ms,
+                queued_ms=round((now - received) * 1000, 2),
+                **({"question": q.qplan.analysis.account()} if q.qplan.analysis is not None else {}))
+        return q
 
-        threshold = req.settings.threshold if req.settings.threshold is not None else self.s.rerank_threshold
-        snippets = req.settings.snippet_count if req.settings.snippet_count is not None else self.s.snippet_count
-        budget_chars = req.settings.budget_chars if req.settings.budget_chars is not None else self.s.budget_chars
-
-        team_futures = []
-        if req.include_team and self.s.team_fronts:
-            for spec in self.s.team_fronts:
-                team_futures.append((spec, self.team_pool.submit(self._ask_team, spec, searched)))
-
-        # --- search
+    def _search(self, q: _Question) -> tuple[list[Candidate], str, list[str]]:
+        """The searcher's fused candidates, keyword query and the kinds of file the index lacks; an
+        in-process keyword search when the searcher is down."""
         t0 = time.perf_counter()
-        degraded: list[str] = []
-        search_detail: dict[str, Any] = {}
-        roles_missing: list[str] = []
+        s = q.s
         try:
-            reply = self._client("searcher", self.s.endpoint("searcher")).request(
+            sr = self._client("searcher", self.s.endpoint("searcher")).request(
                 SearchRequest(
-                    workspace=wid, question=searched, focus_paths=focus, vector_k=s.vector_k,
+                    workspace=q.wid, question=q.searched, focus_paths=q.focus, vector_k=s.vector_k,
                     keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top,
-                    embed_timeout_ms=budget.embed_timeout_ms(self.s.embed_timeout_ms), overrides=req.settings.overrides,
+                    embed_timeout_ms=q.budget.embed_timeout_ms(self.s.embed_timeout_ms), overrides=q.req.settings.overrides,
                 ),
                 timeout_ms=self.s.embed_timeout_ms + 5000,
-            )
-            sr = reply.body
-            candidates, keyword_query = sr.candidates, sr.keyword_query
-            degraded += sr.degraded
-            search_detail = {"timings_ms": sr.timings_ms, **sr.index}
-            roles_missing = list(sr.index.get("roles_missing") or [])
+            ).body
         except ProtocolError as exc:
             self.log.warning("searcher_unavailable", error=exc.message)
-            candidates, keyword_query = self._local_search(wid, qplan, focus, s)
-            degraded.append(DEGRADED_SEARCHER_DOWN)
-        stage("search", t0, candidates=len(candidates), **search_detail)
+            candidates, keyword_query = self._local_search(q.wid, q.qplan, q.focus, s)
+            q.degraded.append(DEGRADED_SEARCHER_DOWN)
+            q.stage("search", t0, candidates=len(candidates))
+            return candidates, keyword_query, []
+        q.degraded += sr.degraded
+        q.stage("search", t0, candidates=len(sr.candidates), timings_ms=sr.timings_ms, **sr.index)
+        return sr.candidates, sr.keyword_query, list(sr.index.get("roles_missing") or [])
 
-        # --- rerank
+    def _rerank(self, q: _Question, candidates: list[Candidate]) -> list[float] | None:
+        """The cross-encoder's probabilities, or None (reranking off, skipped for the deadline, or
+        failed: the fused order stands, and the reason is in ``degraded``)."""
         t0 = time.perf_counter()
         probs: list[float] | None = None
-        rerank_detail: dict[str, Any] = {}
-        rerank_ms = budget.rerank_ms()
-        if candidates and req.settings.rerank and rerank_ms == 0:
-            degraded.append(deadline.SKIPPED_RERANK)
-            rerank_detail = {"skipped": "question deadline", "left_ms": round(budget.left_ms() or 0.0, 1)}
-        elif candidates and req.settings.rerank:
+        detail: dict[str, Any] = {}
+        rerank_ms = q.budget.rerank_ms()
+        if candidates and q.req.settings.rerank and rerank_ms == 0:
+            q.degraded.append(deadline.SKIPPED_RERANK)
+            detail = {"skipped": "question deadline", "left_ms": round(q.budget.left_ms() or 0.0, 1)}
+        elif candidates and q.req.settings.rerank:
             try:
+                timeout = self.s.reranker_timeout_ms if rerank_ms is None else min(self.s.reranker_timeout_ms, rerank_ms)
                 rr = self._client("reranker", self.s.endpoint("reranker")).request(
-                    RerankRequest(query=qplan.rerank_query, passages=[rerank_passage(c.path, c.text) for c in candidates],
+                    RerankRequest(query=q.qplan.rerank_query, passages=[rerank_passage(c.path, c.text) for c in candidates],
                                   deadline_ms=rerank_ms),
-                    timeout_ms=(self.s.reranker_timeout_ms if rerank_ms is None else min(self.s.reranker_timeout_ms, rerank_ms)) + 1000,
+                    timeout_ms=timeout + 1000,
                 ).body
                 probs = list(rr.scores)
-                rerank_detail = {"model_id": rr.model_id, "workers": rr.workers, "cached": rr.cached, "timings_ms": rr.timings_ms,
-                                 **({"deadline_ms": rerank_ms} if rerank_ms is not None else {})}
+                detail = {"model_id": rr.model_id, "workers": rr.workers, "cached": rr.cached, "timings_ms": rr.timings_ms,
+                          **({"deadline_ms": rerank_ms} if rerank_ms is not None else {})}
             except ProtocolError as exc:
                 if rerank_ms is not None and exc.code == ErrorCode.TIMEOUT:
-                    degraded.append(deadline.REFUSED_RERANK if exc.message.startswith(deadline.BUSY_PREFIX) else deadline.LATE_RERANK)
+                    q.degraded.append(deadline.REFUSED_RERANK if exc.message.startswith(deadline.BUSY_PREFIX) else deadline.LATE_RERANK)
                 else:
-                    degraded.append(assembly.DEGRADED_FUSED_ORDER)
-                rerank_detail = {"error": exc.code.value, "message": exc.message}
+                    q.degraded.append(assembly.DEGRADED_FUSED_ORDER)
+                detail = {"error": exc.code.value, "message": exc.message}
         elif candidates:
-            degraded.append("fused order (reranking switched off)")
-        stage("rerank", t0, reranked=len(candidates) if probs is not None else 0, **rerank_detail)
+            q.degraded.append("fused order (reranking switched off)")
+        q.stage("rerank", t0, reranked=len(candidates) if probs is not None else 0, **detail)
+        return probs
 
-        # --- threshold
-        near: list[tuple[Candidate, float]] = []
-        order_of: dict[int, float] = {}
-        if probs is not None:
-            named = assembly.named_positions([(c.path, c.ranks, p) for c, p in zip(candidates, probs)])
-            kept, near = assembly.select_by_threshold(list(zip(candidates, probs)), threshold, self.s.near_misses, always=named)
-            # keyed by position among all candidates, so a dropped one still holds its rank
-            keys = rerank_order([c.path for c in candidates], [p * c.weight for c, p in zip(candidates, probs)],
-                                s.rerank_fusion_k, s.rerank_fusion_weight)
-            order_of = {id(c): key for c, key in zip(candidates, keys)}
-        else:
-            kept = [(c, c.fused_score) for c in candidates]
-
-        # --- widen
-        t0 = time.perf_counter()
-        file_texts: dict[str, str] = {}
-        languages: dict[str, str | None] = {}
-        hits: list[Hit] = []
-        widen_files = not budget.spent()
-        if kept and not widen_files:
-            degraded.append(deadline.SKIPPED_WIDEN)
-        changes: dict[str, str] = {}  # path -> how it differs from the indexed version (freshness)
-        for cand, score in kept:
-            if widen_files and cand.path not in changes:
-                changes[cand.path] = self._file_change(root, cand, buffers)
-            text = self._file_text(root, cand.path, buffers, file_texts) if widen_files else None
-            language = language_for_path(cand.path)
-            languages[cand.path] = language
-            start, end = cand.start_line, cand.end_line
-            if text is not None:
-                start, end = widen(text, language, start, end, self.s.widen_max_chars)
-                body = lines_text(split_lines(text), start, end)
-            else:
-                body = cand.text
-            # a fused score already carries the role weight; a probability gets it for the order only
-            hits.append(Hit(path=cand.path, start_line=start, end_line=end, text=body, score=score,
-                            retrievers=sorted(cand.ranks), language=language,
-                            weight=cand.weight if probs is not None else 1.0, order=order_of.get(id(cand))))
-        stage("widen", t0, hits=len(hits), from_buffer=[p for p in file_texts if p in buffers])
-
-        # --- team
+    def _team(self, q: _Question, futures: list[tuple[str, Any]]) -> list[Hit]:
+        """The team fronts' blocks as hits, each waited for only as long as the deadline allows."""
         t0 = time.perf_counter()
         team_hits: list[Hit] = []
-        for spec, fut in team_futures:
-            left = budget.left_ms(deadline.RESERVE_MS)
+        for spec, fut in futures:
+            left = q.budget.left_ms(deadline.RESERVE_MS)
             try:
                 wait_ms = self.s.team_timeout_ms if left is None else max(0.0, min(self.s.team_timeout_ms, left))
                 team_hits += fut.result(timeout=wait_ms / 1000)
             except Exception as exc:  # noqa: BLE001 - a team index that fails only loses its hits
                 late = left is not None and left < self.s.team_timeout_ms
-                degraded.append(f"team index {spec.split('#')[0]} " + ("not back in time (question deadline)" if late else "unavailable"))
+                q.degraded.append(f"team index {spec.split('#')[0]} " + ("not back in time (question deadline)" if late else "unavailable"))
                 self.log.warning("team_failed", team=spec, error=str(exc))
-        if team_futures:
-            stage("team", t0, hits=len(team_hits))
+        if futures:
+            q.stage("team", t0, hits=len(team_hits))
+        return team_hits
 
-        # --- assemble
-        t0 = time.perf_counter()
-        blocks = assembly.merge_hits(hits, file_texts, self.s.block_max_chars)
-        blocks = assembly.add_imports(blocks, file_texts, languages, self.s.imports_max_chars, self.s.block_max_chars)
-        blocks += assembly.merge_hits(team_hits, {}, self.s.block_max_chars)
-        blocks = assembly.budget(blocks, snippets, budget_chars)
+    def _reply(self, q: _Question, blocks: list[assembly.Block], candidates: list[Candidate], ordered: pipeline.Ordered,
+               changes: dict[str, str], roles_missing: list[str], keyword_query: str) -> AskReply:
+        """The reply: labelled blocks, near misses, the prompt and the context line."""
+        reranked = ordered.reranked
         out_blocks = [
             Block(label=assembly.label(b), path=b.path, start_line=b.start_line, end_line=b.end_line, text=b.text,
-                  probability=(round(b.score, 4) if probs is not None or b.team else None) if b.kind == assembly.CODE else None,
+                  probability=(round(b.score, 4) if reranked or b.team else None) if b.kind == assembly.CODE else None,
                   retrievers=list(b.retrievers), team=b.team_name if b.team else None, kind=b.kind,
                   changed="" if b.team else changes.get(b.path, ""))
             for b in blocks
         ]
-        prompt = assembly.prompt_text(req.question, blocks)
-        progress = self._index_progress(wid)
-        degraded += assembly.progress_notes(progress)
-        kept_labels = [(assembly.label(b), b.score if probs is not None else None) for b in blocks if b.kind == assembly.CODE and not b.team]
-        near_labels = [(assembly.span_label(c.path, c.start_line, c.end_line), p) for c, p in near]
-        key = echoes.copy_key(searched) if s.question_copy_weight < 1.0 else ""
-        copies = {id(c) for c in candidates if echoes.quotes_question(c.text, key)}
-        # a copy's weight holds the copy weight too; the roles' note wants its role weight alone
-        weighted = assembly.weights_note((c.path, c.weight / s.question_copy_weight if id(c) in copies else c.weight)
-                                         for c in candidates if id(c) not in copies or s.question_copy_weight > 0)
-        notes = [f"weighted {weighted}"] if weighted else []
-        notes.append(assembly.copies_note(len(copies), s.question_copy_weight))
-        notes.append(assembly.named_note((c.path, c.ranks) for c in candidates))
-        notes.append(assembly.focus_note(focus, ((c.path, c.ranks) for c in candidates)))
-        notes.append(assembly.changed_note(changes.get(b.path, "") for b in blocks if b.kind == assembly.CODE and not b.team))
-        notes.append(assembly.missing_roles_note(roles_missing))
-        notes.append(assembly.nothing_new_note(follow_up, previous_files, [b.path for b in blocks if b.kind == assembly.CODE and not b.team]))
-        line = assembly.context_line(searched, len(candidates) if probs is not None else 0, kept_labels, near_labels, degraded, notes=notes)
-        stage("assemble", t0, blocks=len(out_blocks), chars=sum(len(b.text) for b in out_blocks))
-
-        self.conversations.remember(req.conversation_id, searched, sorted({b.path for b in blocks if not b.team}))
-        stages.append(Stage(name="total", ms=round((time.perf_counter() - t_start) * 1000, 2)))
-        self.stats.incr("questions")
-        if degraded:
-            self.stats.incr("questions.degraded")
+        progress = self._index_progress(q.wid)
+        q.degraded += assembly.progress_notes(progress)
+        own = [b for b in blocks if b.kind == assembly.CODE and not b.team]
+        kept_labels = [(assembly.label(b), b.score if reranked else None) for b in own]
+        near_labels = [(assembly.span_label(c.path, c.start_line, c.end_line), p) for c, p in ordered.near]
+        notes = pipeline.notes(q.searched, candidates, q.s, focus=q.focus, changes=[changes.get(b.path, "") for b in own],
+                               roles_missing=roles_missing, follow_up=q.follow_up, previous_files=q.previous_files,
+                               answered_files=[b.path for b in own])
+        line = assembly.context_line(q.searched, len(candidates) if reranked else 0, kept_labels, near_labels, q.degraded, notes=notes)
         return AskReply(
-            searched_query=searched, keyword_query=keyword_query, blocks=out_blocks,
+            searched_query=q.searched, keyword_query=keyword_query, blocks=out_blocks,
             near_misses=[NearMiss(label=lab, path=c.path, start_line=c.start_line, end_line=c.end_line, probability=round(p, 4))
-                         for (c, p), (lab, _) in zip(near, near_labels)],
-            prompt=prompt, context_line=line, degraded=degraded, stages=stages,
-            index={"workspace": wid, **progress},
+                         for (c, p), (lab, _) in zip(ordered.near, near_labels)],
+            prompt=assembly.prompt_text(q.req.question, blocks), context_line=line, degraded=q.degraded, stages=q.stages,
+            index={"workspace": q.wid, **progress},
         )
 
     def _file_text(self, root: str, path: str, buffers: dict[str | None, str], cache: dict[str, str]) -> str | None:

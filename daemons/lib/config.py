@@ -59,8 +59,8 @@ def _default_pool_size() -> int:
 #: daemon grow with every write: each write and each optimize makes a new table version whose
 #: manifest, fragments and index parts are cached beside the old ones, which nothing reads again
 #: (bench/store_memory.py; docs/reliability.md "Soak").
-INDEX_CACHE_MB = 128
-METADATA_CACHE_MB = 32
+INDEX_CACHE_MB = 64
+METADATA_CACHE_MB = 16
 
 
 @dataclass

@@ -97,20 +97,7 @@ def hybrid_search(
     """
     if file_list not in FILE_LISTS:
         raise ValueError(f"file_list is {file_list!r}, not one of {', '.join(FILE_LISTS)}")
-    jobs: dict[str, Any] = {}
-    if query_vector is not None and vector_k > 0:
-        jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, vector_k)
-    if keyword_k > 0:
-        jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, max(keyword_k, file_pool))
-        if file_pool > 0 and file_list != CHUNKS:
-            # twice as many files as kept, so the role weights below have some to choose from
-            jobs[FILE_BM25] = _POOL.submit(_timed, store.file_keyword_search, keyword_query, 2 * keyword_k)
-    if focus_paths and focus_k > 0:
-        if query_vector is not None:
-            jobs[FOCUS_VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, focus_k, focus_paths)
-        jobs[FOCUS_KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, focus_k, focus_paths)
-    rows_by_chunk: dict[str, dict[str, Any]] = {}
-    lists: dict[str, list[str]] = {}
+    jobs = _submit(store, keyword_query, query_vector, focus_paths, vector_k, keyword_k, focus_k, file_pool, file_list)
     timings: dict[str, float] = {}
     named: list[str] = []
     if mentioned:
@@ -121,6 +108,35 @@ def hybrid_search(
     for name, fut in jobs.items():
         results[name], ms = fut.result()
         timings[name] = round(ms, 2)
+    lists, rows_by_chunk = _ranked_lists(store, results, named, role_weights, vector_k, keyword_k, focus_k, file_pool, file_list)
+
+    def weight(cid: str) -> float:
+        row = rows_by_chunk[cid]
+        w = weight_of(row["path"], role_weights)
+        if copy_weight != 1.0 and echoes.quotes_question(str(row.get("text") or ""), copy_key):
+            w *= copy_weight
+        return w
+
+    t0 = time.perf_counter()
+    weighted = weighted_fuse(lists, weight, rrf_k, list_weights)
+    timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
+    candidates = []
+    for f, w, score in weighted[:top_n]:
+        row = dict(rows_by_chunk[f.id])
+        row["fused_score"] = score
+        row["ranks"] = dict(f.ranks)
+        row["weight"] = w
+        candidates.append(row)
+    return SearchResult(candidates, lists, timings)
+
+
+def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | None], named: list[str],
+                  role_weights: Mapping[str, float] | None, vector_k: int, keyword_k: int, focus_k: int, file_pool: int,
+                  file_list: str) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+    """The searches' rows as ranked lists of chunk ids (the file-ranked lists built from them), and
+    each listed chunk's row."""
+    rows_by_chunk: dict[str, dict[str, Any]] = {}
+    lists: dict[str, list[str]] = {}
     pool = (results.get(KEYWORD) or [])[:file_pool]
     vector_rows = fold_windows(results[VECTOR], limit=vector_k) if VECTOR in results else []
     file_rows = results.pop(FILE_BM25, None)
@@ -147,24 +163,25 @@ def hybrid_search(
         lists[name] = [r["chunk_id"] for r in rows]
         for r in rows:
             rows_by_chunk.setdefault(r["chunk_id"], r)
-    t0 = time.perf_counter()
-    def weight(cid: str) -> float:
-        row = rows_by_chunk[cid]
-        w = weight_of(row["path"], role_weights)
-        if copy_weight != 1.0 and echoes.quotes_question(str(row.get("text") or ""), copy_key):
-            w *= copy_weight
-        return w
+    return lists, rows_by_chunk
 
-    weighted = weighted_fuse(lists, weight, rrf_k, list_weights)
-    timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
-    candidates = []
-    for f, w, score in weighted[:top_n]:
-        row = dict(rows_by_chunk[f.id])
-        row["fused_score"] = score
-        row["ranks"] = dict(f.ranks)
-        row["weight"] = w
-        candidates.append(row)
-    return SearchResult(candidates, lists, timings)
+
+def _submit(store: IndexStore, keyword_query: str, query_vector: np.ndarray | None, focus_paths: list[str] | None,
+            vector_k: int, keyword_k: int, focus_k: int, file_pool: int, file_list: str) -> dict[str, Any]:
+    """Start ``hybrid_search``'s searches on the pool: ``{list name: future of (rows, ms)}``."""
+    jobs: dict[str, Any] = {}
+    if query_vector is not None and vector_k > 0:
+        jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, vector_k)
+    if keyword_k > 0:
+        jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, max(keyword_k, file_pool))
+        if file_pool > 0 and file_list != CHUNKS:
+            # twice as many files as kept, so the role weights below have some to choose from
+            jobs[FILE_BM25] = _POOL.submit(_timed, store.file_keyword_search, keyword_query, 2 * keyword_k)
+    if focus_paths and focus_k > 0:
+        if query_vector is not None:
+            jobs[FOCUS_VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, focus_k, focus_paths)
+        jobs[FOCUS_KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, focus_k, focus_paths)
+    return jobs
 
 
 def _vector_search(store: IndexStore, vectors: np.ndarray, k: int, paths: list[str] | None = None) -> list[dict[str, Any]]:

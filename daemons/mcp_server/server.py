@@ -107,6 +107,45 @@ def cwd_workspace(client: WorkspaceClient) -> str | None:
     return os.getcwd()
 
 
+def search_result(reply: Any) -> SearchResult:
+    """The tool's structured result for the front's ``AskReply``."""
+    return SearchResult(
+        searched_query=reply.searched_query,
+        keyword_query=reply.keyword_query,
+        context_line=reply.context_line,
+        blocks=[
+            BlockOut(label=b.label, path=b.path, start_line=b.start_line, end_line=b.end_line, probability=b.probability,
+                     kind=b.kind, team=b.team, retrievers=list(b.retrievers), changed=b.changed, text=b.text)
+            for b in reply.blocks
+        ],
+        near_misses=[
+            NearMissOut(label=n.label, path=n.path, start_line=n.start_line, end_line=n.end_line, probability=n.probability)
+            for n in reply.near_misses
+        ],
+        degraded=list(reply.degraded),
+        workspace=str(reply.index.get("workspace")) if reply.index.get("workspace") else None,
+    )
+
+
+def status_text(statuses: dict[str, Any]) -> str:
+    """One line per daemon (up with pid, uptime and queue, or down with the reason) and per workspace."""
+    lines = []
+    for name in DAEMONS:
+        st = statuses.get(name) or {}
+        if st.get("status") == "ok":
+            lines.append(f"{name}: up (pid {st.get('pid')}, uptime {st.get('uptime_s', 0):.0f} s, queue {st.get('queue_depth', 0)})")
+        else:
+            lines.append(f"{name}: down ({st.get('code', '?')}: {st.get('message', '')})")
+    workspaces = ((statuses.get("watcher") or {}).get("details") or {}).get("workspaces") or {}
+    for wid, info in workspaces.items():
+        if isinstance(info, dict):
+            lines.append(
+                f"workspace {wid}: {info.get('indexed_files', '?')} of {info.get('files', '?')} files indexed, "
+                f"{info.get('pending', 0)} pending"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def build_server(client: WorkspaceClient, default_workspace: str | None = None) -> MCPServer:
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
     conversation = f"mcp-{uuid.uuid4().hex[:12]}"
@@ -148,22 +187,7 @@ def build_server(client: WorkspaceClient, default_workspace: str | None = None) 
             return _error_result(exc.code.value, exc.message)
         except Exception as exc:  # noqa: BLE001 - a socket failure is still a tool error, not a crash
             return _error_result("internal", f"{type(exc).__name__}: {exc}")
-        result = SearchResult(
-            searched_query=reply.searched_query,
-            keyword_query=reply.keyword_query,
-            context_line=reply.context_line,
-            blocks=[
-                BlockOut(label=b.label, path=b.path, start_line=b.start_line, end_line=b.end_line, probability=b.probability,
-                         kind=b.kind, team=b.team, retrievers=list(b.retrievers), changed=b.changed, text=b.text)
-                for b in reply.blocks
-            ],
-            near_misses=[
-                NearMissOut(label=n.label, path=n.path, start_line=n.start_line, end_line=n.end_line, probability=n.probability)
-                for n in reply.near_misses
-            ],
-            degraded=list(reply.degraded),
-            workspace=str(reply.index.get("workspace")) if reply.index.get("workspace") else None,
-        )
+        result = search_result(reply)
         return CallToolResult(
             content=[TextContent(type="text", text=answer_text(reply.prompt, reply.context_line))],
             structured_content=result.model_dump(mode="json"),
@@ -177,22 +201,8 @@ def build_server(client: WorkspaceClient, default_workspace: str | None = None) 
             return _error_result("internal", f"{type(exc).__name__}: {exc}")
         up = [n for n in DAEMONS if statuses.get(n, {}).get("status") == "ok"]
         down = [n for n in DAEMONS if n not in up]
-        lines = []
-        for name in DAEMONS:
-            st = statuses.get(name) or {}
-            if st.get("status") == "ok":
-                lines.append(f"{name}: up (pid {st.get('pid')}, uptime {st.get('uptime_s', 0):.0f} s, queue {st.get('queue_depth', 0)})")
-            else:
-                lines.append(f"{name}: down ({st.get('code', '?')}: {st.get('message', '')})")
-        workspaces = ((statuses.get("watcher") or {}).get("details") or {}).get("workspaces") or {}
-        for wid, info in workspaces.items():
-            if isinstance(info, dict):
-                lines.append(
-                    f"workspace {wid}: {info.get('indexed_files', '?')} of {info.get('files', '?')} files indexed, "
-                    f"{info.get('pending', 0)} pending"
-                )
         result = StatusResult(daemons={k: v or {} for k, v in statuses.items()}, up=up, down=down)
-        return CallToolResult(content=[TextContent(type="text", text="\n".join(lines) + "\n")], structured_content=result.model_dump(mode="json"))
+        return CallToolResult(content=[TextContent(type="text", text=status_text(statuses))], structured_content=result.model_dump(mode="json"))
 
     return server
 

@@ -1,0 +1,116 @@
+"""The stages of answering a question after the searches, with no sockets (issue 21).
+
+The front runs them in order, between the searcher's and the reranker's replies (sockets, kept in
+the front with their fallbacks) and the reply; the benchmarks and the tests call the same
+functions, so the order a benchmark measures is the order the front gives.
+
+Contract
+--------
+* ``order(candidates, probs, s, threshold)``: the threshold and the final order. Without
+  probabilities (reranking off or failed) every candidate is kept at its fused score, in fused
+  order. With them, the candidates at or above *threshold* are kept, and the best chunk of each
+  file the question names whatever its probability; the ``s.near_misses`` best of the rest are
+  near misses; each kept candidate gets its final-order key, ``fusion.rerank_order`` of the fused
+  order and the probabilities times the role weights (``s.rerank_fusion_k``,
+  ``s.rerank_fusion_weight``).
+* ``final_files(paths, weighted, k, weight)``: the files of chunks given in fused order, in final
+  order (what ``order`` gives the front, as a file ranking for the benchmarks).
+* ``widen_hits(ordered, text_of, language_of, max_chars)``: each kept candidate as a ``Hit`` over
+  its syntax unit (``widening.widen``) in the file's current text (``text_of(path)``, None when
+  it cannot be read: the indexed chunk is used as it is).
+* ``assemble(hits, team_hits, texts, languages, s, snippets, budget_chars)``: merged blocks, the
+  imports of their files, the team's blocks, cut to the snippet count and the character budget.
+* ``notes(...)``: the context line's notes other than the kept blocks, near misses and degraded
+  modes, in the order they are printed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemons.lib import assembly, echoes
+from daemons.lib.assembly import Block, Hit
+from daemons.lib.fusion import rerank_order
+from daemons.lib.metrics import files_in_order
+from daemons.lib.widening import lines_text, split_lines, widen
+from protocol.schema import Candidate
+
+__all__ = ["Ordered", "assemble", "final_files", "notes", "order", "widen_hits"]
+
+
+@dataclass
+class Ordered:
+    """The threshold's outcome: kept ``(candidate, score)`` pairs (a probability, or the fused
+    score without one), near misses, and each kept candidate's final-order key by ``id``."""
+
+    kept: list[tuple[Candidate, float]]
+    near: list[tuple[Candidate, float]] = field(default_factory=list)
+    keys: dict[int, float] = field(default_factory=dict)
+    reranked: bool = False
+
+
+def order(candidates: Sequence[Candidate], probs: Sequence[float] | None, s: Any, threshold: float) -> Ordered:
+    """The threshold and the final order of *candidates* (fused order) under settings *s*."""
+    if probs is None:
+        return Ordered(kept=[(c, c.fused_score) for c in candidates])
+    named = assembly.named_positions([(c.path, c.ranks, p) for c, p in zip(candidates, probs)])
+    kept, near = assembly.select_by_threshold(list(zip(candidates, probs)), threshold, s.near_misses, always=named)
+    # keyed by position among all candidates, so a dropped one still holds its rank
+    keys = rerank_order([c.path for c in candidates], [p * c.weight for c, p in zip(candidates, probs)],
+                        s.rerank_fusion_k, s.rerank_fusion_weight)
+    return Ordered(kept=kept, near=near, keys={id(c): key for c, key in zip(candidates, keys)}, reranked=True)
+
+
+def final_files(paths: Sequence[str], weighted: Sequence[float], k: int, weight: float) -> list[str]:
+    """The final file order of chunks given in fused order (*paths*, one per chunk) with their
+    probabilities times role weight, as ``order`` ranks them (no threshold cut)."""
+    keys = rerank_order(paths, weighted, k, weight)
+    return files_in_order([paths[i] for i in sorted(range(len(paths)), key=lambda i: (-keys[i], i))])
+
+
+def widen_hits(ordered: Ordered, text_of: Callable[[str], str | None], language_of: Callable[[str], str | None],
+               max_chars: int) -> list[Hit]:
+    """The kept candidates as hits over their whole syntax units (see the module's contract)."""
+    hits: list[Hit] = []
+    for cand, score in ordered.kept:
+        text = text_of(cand.path)
+        language = language_of(cand.path)
+        start, end, body = cand.start_line, cand.end_line, cand.text
+        if text is not None:
+            start, end = widen(text, language, start, end, max_chars)
+            body = lines_text(split_lines(text), start, end)
+        # a fused score already carries the role weight; a probability gets it for the order only
+        hits.append(Hit(path=cand.path, start_line=start, end_line=end, text=body, score=score, retrievers=sorted(cand.ranks),
+                        language=language, weight=cand.weight if ordered.reranked else 1.0, order=ordered.keys.get(id(cand))))
+    return hits
+
+
+def assemble(hits: list[Hit], team_hits: list[Hit], texts: Mapping[str, str], languages: Mapping[str, str | None], s: Any,
+             snippets: int, budget_chars: int) -> list[Block]:
+    """Merged blocks with their files' imports and the team's blocks, cut to *snippets* and *budget_chars*."""
+    blocks = assembly.merge_hits(hits, dict(texts), s.block_max_chars)
+    blocks = assembly.add_imports(blocks, dict(texts), dict(languages), s.imports_max_chars, s.block_max_chars)
+    blocks += assembly.merge_hits(team_hits, {}, s.block_max_chars)
+    return assembly.budget(blocks, snippets, budget_chars)
+
+
+def notes(question: str, candidates: Sequence[Candidate], s: Any, *, focus: Sequence[str], changes: Iterable[str],
+          roles_missing: Sequence[str], follow_up: bool, previous_files: Sequence[str], answered_files: Sequence[str]) -> list[str]:
+    """The context line's notes: role weights, question copies, named files, focus files, changed
+    files (*changes*: each code block's ``assembly.file_change``), kinds of file missing from the
+    index, and a follow-up that found nothing new; empty ones are left for the line to skip."""
+    key = echoes.copy_key(question) if s.question_copy_weight < 1.0 else ""
+    copies = {id(c) for c in candidates if echoes.quotes_question(c.text, key)}
+    # a copy's weight holds the copy weight too; the roles' note wants its role weight alone
+    weighted = assembly.weights_note((c.path, c.weight / s.question_copy_weight if id(c) in copies else c.weight)
+                                     for c in candidates if id(c) not in copies or s.question_copy_weight > 0)
+    return [
+        f"weighted {weighted}" if weighted else "",
+        assembly.copies_note(len(copies), s.question_copy_weight),
+        assembly.named_note((c.path, c.ranks) for c in candidates),
+        assembly.focus_note(focus, ((c.path, c.ranks) for c in candidates)),
+        assembly.changed_note(changes),
+        assembly.missing_roles_note(roles_missing),
+        assembly.nothing_new_note(follow_up, previous_files, answered_files),
+    ]
