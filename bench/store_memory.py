@@ -1,7 +1,7 @@
 """Memory of a long-running index process: many small writes and searches on one LanceDB table.
 
     .venv/bin/python -m bench.store_memory [--writes 600] [--every 50] [--files 5]
-        [--variant NAME=INDEX_MB,METADATA_MB ...] [--tree DIR] [--out FILE]
+        [--variant NAME=INDEX_MB,METADATA_MB[,ARENAS] ...] [--tree DIR] [--out FILE]
 
 The soak (``bench.soak``) found the embedder and the searcher growing by about 20 MB a minute with
 no plateau. This benchmark isolates the table: each variant runs in its own process, which
@@ -16,9 +16,10 @@ no plateau. This benchmark isolates the table: each variant runs in its own proc
 3. every ``--every`` writes records its RSS, LanceDB's cache bytes (``store.cache_usage``) and the
    median search time since the last record.
 
-Variants are cache bounds in MB (``store.configure_caches``; 0 is LanceDB's own default): by
-default LanceDB's own (6 GiB index, 1 GiB metadata) against the shipped ones, run one after the
-other in one invocation. Prints one table per variant and a summary; writes JSON
+Variants are cache bounds in MB (``store.configure_caches``; 0 is LanceDB's own default) and the
+malloc arenas (``runtime.limit_malloc_arenas``, as every daemon's ``main`` calls it; 0 or left out:
+glibc's default): by default LanceDB's and glibc's own (6 GiB index, 1 GiB metadata, 8 arenas per
+core) against the shipped settings, run one after the other in one invocation. Prints one table per variant and a summary; writes JSON
 (bench/results/store_memory.json).
 """
 from __future__ import annotations
@@ -38,11 +39,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemons.lib.config import INDEX_CACHE_MB, METADATA_CACHE_MB  # noqa: E402
+from daemons.lib.config import INDEX_CACHE_MB, METADATA_CACHE_MB, Settings  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "store_memory.json"
 PACKAGES = ("structlog", "msgspec", "pathspec", "watchdog", "zmq", "supervisor", "tokenizers")
 DIM = 384
+SHIPPED = f"{INDEX_CACHE_MB},{METADATA_CACHE_MB},{Settings.malloc_arenas}"
 
 
 def rss_mb() -> float:
@@ -70,15 +72,16 @@ def source_files(tree: Path | None) -> list[tuple[str, str]]:
     return out
 
 
-def run_variant(tree: Path | None, index_mb: int, metadata_mb: int, writes: int, every: int, per_write: int, seed: int) -> dict[str, Any]:
+def run_variant(tree: Path | None, index_mb: int, metadata_mb: int, arenas: int, writes: int, every: int, per_write: int, seed: int) -> dict[str, Any]:
     """One variant in this process (``--worker``): the records and the table's size."""
     import numpy as np
 
     from daemons.lib.chunking import ChunkSettings, chunk_text
-    from daemons.lib.config import Settings
     from daemons.lib.indexing import plan_rows
+    from daemons.lib.runtime import limit_malloc_arenas
     from daemons.lib.store import IndexStore, cache_usage, configure_caches
 
+    limit_malloc_arenas(arenas)
     configure_caches(index_mb, metadata_mb)
     s = Settings()
     rng = np.random.default_rng(seed)
@@ -132,7 +135,7 @@ def run_variant(tree: Path | None, index_mb: int, metadata_mb: int, writes: int,
             print(json.dumps(records[-1]), file=sys.stderr, flush=True)
     rows = writer.table.count_rows()
     IndexStore.destroy(folder)
-    return {"index_mb": index_mb, "metadata_mb": metadata_mb, "files": len(files), "rows": rows, "build_s": round(built_s, 1),
+    return {"index_mb": index_mb, "metadata_mb": metadata_mb, "arenas": arenas, "files": len(files), "rows": rows, "build_s": round(built_s, 1),
             "records": records}
 
 
@@ -141,36 +144,40 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=600)
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--files", type=int, default=5, help="files rewritten per write")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=INDEX_MB,METADATA_MB",
-                    help=f"cache bounds to run (default: lancedb=0,0 and shipped={INDEX_CACHE_MB},{METADATA_CACHE_MB})")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=INDEX_MB,METADATA_MB[,ARENAS]",
+                    help=f"cache bounds and malloc arenas to run (default: lancedb=0,0,0 and shipped={SHIPPED})")
     ap.add_argument("--tree", type=Path, default=None, help="folder to index (default: installed packages' code)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        index_mb, metadata_mb = (int(x) for x in args.worker.split(","))
-        print(json.dumps(run_variant(args.tree, index_mb, metadata_mb, args.writes, args.every, args.files, args.seed)))
+        index_mb, metadata_mb, arenas = (int(x) for x in args.worker.split(","))
+        print(json.dumps(run_variant(args.tree, index_mb, metadata_mb, arenas, args.writes, args.every, args.files, args.seed)))
         return
-    variants: dict[str, tuple[int, int]] = {}
-    for item in args.variant or ["lancedb=0,0", f"shipped={INDEX_CACHE_MB},{METADATA_CACHE_MB}"]:
+    variants: dict[str, tuple[int, int, int]] = {}
+    for item in args.variant or ["lancedb=0,0,0", f"shipped={SHIPPED}"]:
         name, _, sizes = item.partition("=")
         try:
-            index_mb, metadata_mb = (int(x) for x in sizes.split(","))
+            numbers = [int(x) for x in sizes.split(",")]
         except ValueError:
-            ap.error(f"--variant {item!r}: expected NAME=INDEX_MB,METADATA_MB")
-        variants[name] = (index_mb, metadata_mb)
+            numbers = []
+        if len(numbers) not in (2, 3):
+            ap.error(f"--variant {item!r}: expected NAME=INDEX_MB,METADATA_MB[,ARENAS]")
+        index_mb, metadata_mb, arenas = (numbers + [0])[:3]
+        variants[name] = (index_mb, metadata_mb, arenas)
     tree = ["--tree", str(args.tree)] if args.tree else []
     results: dict[str, Any] = {}
-    for name, (index_mb, metadata_mb) in variants.items():
-        print(f"== {name}: index cache {index_mb or 'lancedb default'} MB, metadata cache {metadata_mb or 'lancedb default'} MB",
-              file=sys.stderr, flush=True)
-        done = subprocess.run([sys.executable, "-m", "bench.store_memory", "--worker", f"{index_mb},{metadata_mb}", *tree,
+    for name, (index_mb, metadata_mb, arenas) in variants.items():
+        print(f"== {name}: index cache {index_mb or 'lancedb default'} MB, metadata cache {metadata_mb or 'lancedb default'} MB, "
+              f"malloc arenas {arenas or 'glibc default'}", file=sys.stderr, flush=True)
+        done = subprocess.run([sys.executable, "-m", "bench.store_memory", "--worker", f"{index_mb},{metadata_mb},{arenas}", *tree,
                                "--writes", str(args.writes), "--every", str(args.every), "--files", str(args.files),
                                "--seed", str(args.seed)], cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
     for name, r in results.items():
-        print(f"\n{name}: index cache {r['index_mb'] or 'default'} MB, metadata cache {r['metadata_mb'] or 'default'} MB; "
+        print(f"\n{name}: index cache {r['index_mb'] or 'default'} MB, metadata cache {r['metadata_mb'] or 'default'} MB, "
+              f"malloc arenas {r['arenas'] or 'default'}; "
               f"{r['files']} files, {r['rows']} rows, built in {r['build_s']} s")
         print(f"{'writes':>7} {'RSS MB':>8} {'cache MB':>9} {'items':>7} {'search ms (median)':>19} {'s':>6}")
         for rec in r["records"]:

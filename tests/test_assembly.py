@@ -18,9 +18,8 @@ from daemons.lib.assembly import (
     label,
     merge_hits,
     prompt_text,
-    named_positions,
-    select_by_threshold,
 )
+from daemons.lib.pipeline import named_positions, select_by_threshold
 
 FILE = "".join(f"line {i:03d} of the file\n" for i in range(1, 401))  # 21 chars a line
 
@@ -198,7 +197,7 @@ def test_a_newline_in_a_file_name_cannot_split_a_label():
 
 def test_focus_note_names_the_focus_files_and_counts_those_used():
     """The context line names the first three focus files, counts the rest, and says how many gave a candidate through a focus list."""
-    from daemons.lib.assembly import focus_note
+    from daemons.lib.notes import focus_note
 
     cands = [("src/a.py", {"focus_vector": 1, "vector": 3}), ("src/b.py", {"keyword": 1}), ("src/c.py", {"focus_keyword": 2})]
     assert focus_note(["src/a.py", "src/b.py", "src/c.py", "src/d.py", "src/e.py"], cands) == "focus src/a.py, src/b.py, src/c.py (+2), 2 used"
@@ -208,7 +207,7 @@ def test_focus_note_names_the_focus_files_and_counts_those_used():
 
 def test_file_change_tells_disk_editor_and_gone_apart():
     """A file is unchanged when its bytes (or the editor's buffer) hash to the indexed hash; else changed on disk, unsaved in the editor, or deleted."""
-    from daemons.lib.assembly import CHANGED_GONE, CHANGED_IN_EDITOR, CHANGED_ON_DISK, changed_note, file_change
+    from daemons.lib.notes import CHANGED_GONE, CHANGED_IN_EDITOR, CHANGED_ON_DISK, changed_note, file_change
     from daemons.lib.filtering import content_hash
 
     indexed = b"def f():\r\n    return 1\r\n"
@@ -235,7 +234,7 @@ def test_chunk_content_hash_reads_the_hash_back_from_a_chunk_id():
 
 def test_progress_notes_tell_a_building_index_from_missing_vectors():
     """Files not in the table give 'index N% built'; files in it with keyword text only give 'vectors N% built'; none when all is done."""
-    from daemons.lib.assembly import progress_notes
+    from daemons.lib.notes import progress_notes
 
     assert progress_notes({"files": 10, "indexed_files": 4, "pending": 6, "vectors_pending": 2}) == ["index 40% built (4 of 10 files, 6 pending)"]
     assert progress_notes({"files": 10, "indexed_files": 7, "pending": 3, "vectors_pending": 3}) == ["vectors 70% built (3 of 10 files searched by keywords only)"]

@@ -65,7 +65,7 @@ def test_path_index_is_built_once_per_path_set() -> None:
 
 def test_context_line_note_lists_the_named_files_that_entered() -> None:
     """The note names the candidates' files that came in through the mentioned list, by that list's rank, once each."""
-    from daemons.lib.assembly import named_note
+    from daemons.lib.notes import named_note
 
     cands = [("src/b.py", {"keyword": 1, "mentioned": 2}), ("src/a.py", {"mentioned": 1}), ("src/b.py", {"mentioned": 2}),
              ("src/c.py", {"vector": 1})]

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from daemons.lib.fusion import RRF_K
-from daemons.lib.assembly import context_line, weights_note
+from daemons.lib.assembly import context_line
+from daemons.lib.notes import weights_note
 from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role, role_weights, roles_present, wanted_roles, weight_of
 from daemons.lib.search import hybrid_search
 from daemons.lib.store import IndexStore

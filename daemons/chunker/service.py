@@ -17,7 +17,7 @@ import zmq
 
 from daemons.lib import runtime
 from daemons.lib.chunking import CHUNKER_VERSION, Chunk, ChunkSettings, chunk_text, language_for_path
-from daemons.lib.config import Settings, load_settings
+from daemons.lib.config import Settings
 from daemons.lib.filtering import content_hash, read_file
 from daemons.lib.indexing import chunk_shape
 from daemons.lib.log import configure
@@ -133,4 +133,4 @@ class Chunker:
 
 
 def main() -> None:
-    Chunker(load_settings()).run()
+    runtime.run_daemon(Chunker)

@@ -24,7 +24,7 @@ import numpy as np
 import zmq
 
 from daemons.lib import runtime
-from daemons.lib.config import Settings, load_settings
+from daemons.lib.config import Settings
 from daemons.lib.indexing import chunk_shape, embed_rows, index_meta, keyword_rows, pending_hash, plan_rows
 from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded, cache_usage, configure_caches
@@ -547,4 +547,4 @@ class Embedder:
 
 
 def main() -> None:
-    Embedder(load_settings()).run()
+    runtime.run_daemon(Embedder)

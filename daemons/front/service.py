@@ -23,10 +23,10 @@ from typing import Any
 
 import zmq
 
-from daemons.lib import assembly, deadline, pipeline, runtime
+from daemons.lib import assembly, deadline, notes, pipeline, runtime
 from daemons.lib.assembly import Hit
 from daemons.lib.chunking import language_for_path
-from daemons.lib.config import Settings, load_settings, question_settings_problem, with_overrides
+from daemons.lib.config import Settings, question_settings_problem, with_overrides
 from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.indexing import chunk_content_hash
@@ -293,14 +293,14 @@ class Front:
             for b in blocks
         ]
         progress = self._index_progress(q.wid)
-        q.degraded += assembly.progress_notes(progress)
+        q.degraded += notes.progress_notes(progress)
         own = [b for b in blocks if b.kind == assembly.CODE and not b.team]
         kept_labels = [(assembly.label(b), b.score if reranked else None) for b in own]
         near_labels = [(assembly.span_label(c.path, c.start_line, c.end_line), p) for c, p in ordered.near]
-        notes = pipeline.notes(q.searched, candidates, q.s, focus=q.focus, changes=[changes.get(b.path, "") for b in own],
+        line_notes = pipeline.notes(q.searched, candidates, q.s, focus=q.focus, changes=[changes.get(b.path, "") for b in own],
                                roles_missing=roles_missing, follow_up=q.follow_up, previous_files=q.previous_files,
                                answered_files=[b.path for b in own])
-        line = assembly.context_line(q.searched, len(candidates) if reranked else 0, kept_labels, near_labels, q.degraded, notes=notes)
+        line = assembly.context_line(q.searched, len(candidates) if reranked else 0, kept_labels, near_labels, q.degraded, notes=line_notes)
         return AskReply(
             searched_query=q.searched, keyword_query=keyword_query, blocks=out_blocks,
             near_misses=[NearMiss(label=lab, path=c.path, start_line=c.start_line, end_line=c.end_line, probability=round(p, 4))
@@ -323,7 +323,7 @@ class Front:
         return text
 
     def _file_change(self, root: str, cand: Candidate, buffers: dict[str | None, str]) -> str:
-        """How *cand*'s file differs from the version its chunk was indexed from (assembly.file_change)."""
+        """How *cand*'s file differs from the version its chunk was indexed from (notes.file_change)."""
         indexed = chunk_content_hash(cand.chunk_id)
         if not indexed:
             return ""
@@ -331,7 +331,7 @@ class Front:
             data: bytes | None = (Path(root) / safe_relpath(root, cand.path)).read_bytes()
         except (OSError, BadMessage):
             data = None
-        return assembly.file_change(indexed, data, buffers.get(cand.path))
+        return notes.file_change(indexed, data, buffers.get(cand.path))
 
     def _local_search(self, wid: str, qplan: QueryPlan, focus: list[str], s: Settings) -> tuple[list[Candidate], str]:
         """Keywords-only search in this process (the searcher is down), with the question's plan
@@ -400,4 +400,4 @@ class Front:
 
 
 def main() -> None:
-    Front(load_settings()).run()
+    runtime.run_daemon(Front)

@@ -1,9 +1,7 @@
 """From kept hits to labelled blocks, the prompt text and the context line (SPEC §2, §3).
 
-Pipeline used by the front daemon::
+Used by the answer's stages (``daemons.lib.pipeline``), after the threshold and the widening::
 
-    kept, near = select_by_threshold(scored)            # probability >= 0.08, 3 near misses
-    hits = [Hit(...widened range...) for ...]            # see daemons.lib.widening.widen
     blocks = merge_hits(hits, file_texts)                 # touching/overlapping -> one block <= 4,000
     blocks = add_imports(blocks, file_texts, languages)   # imports once per file, after its code
     blocks = budget(blocks)                               # 6 snippets, 12,000 characters
@@ -18,13 +16,9 @@ merge with them.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
-from daemons.lib.filtering import content_hash
-from daemons.lib.fusion import FOCUS_KEYWORD, FOCUS_VECTOR, MENTIONED
-from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role
 from daemons.lib.widening import IMPORTS_MAX_CHARS, imports_block, lines_text, split_lines
 
 #: A merged block never grows beyond this many characters.
@@ -51,7 +45,6 @@ INSTRUCTION = (
     "not bear on the question."
 )
 
-T = TypeVar("T")
 
 
 @dataclass
@@ -389,155 +382,3 @@ def context_line(
     segs.extend(" ".join(n.split()) for n in notes if n)
     segs.extend(" ".join(d.split()) for d in degraded if d)
     return " · ".join(segs)
-
-
-def missing_roles_note(roles: Sequence[str]) -> str:
-    """``no test files are indexed`` for the kinds of file a question asks for that the workspace's
-    index holds none of ("how is it tested?" in a tree without tests); "" when none is missing."""
-    if not roles:
-        return ""
-    names = [f"{role} files" if role != CONFIG else "build or config files" for role in roles]
-    return f"no {' or '.join(names)} are indexed"
-
-
-def copies_note(count: int, weight: float) -> str:
-    """``2 candidates quote the question ×0.25`` when *count* candidates hold the question as a
-    string literal and were weighted down by *weight* (``echoes``); "" otherwise."""
-    if not count or weight >= 1.0:
-        return ""
-    return f"{count} candidate{'s' if count != 1 else ''} quot{'e' if count != 1 else 'es'} the question ×{weight:g}"
-
-
-def nothing_new_note(follow_up: bool, previous_files: Sequence[str], files: Sequence[str]) -> str:
-    """For a follow-up whose answer names only files the previous answer gave, say so; else ""."""
-    if not follow_up or not files or not previous_files or not set(files) <= set(previous_files):
-        return ""
-    return "no files beyond the previous answer"
-
-
-def weights_note(candidates: Iterable[tuple[str, float]]) -> str:
-    """``tests ×0.5, docs ×0.5`` for the roles among ``(path, weight)`` candidates weighted below 1; "" if none."""
-    seen: dict[str, float] = {}
-    for path, weight in candidates:
-        if weight < 1.0:
-            seen.setdefault(file_role(path), weight)
-    return ", ".join(f"{role}s ×{seen[role]:g}" for role in (TEST, DOC, CONFIG, SOURCE) if role in seen)
-
-
-#: How a block's file differs from what the index holds (``Block.changed``; "" when it does not).
-CHANGED_ON_DISK = "changed on disk since indexed"
-CHANGED_IN_EDITOR = "unsaved changes in the editor"
-CHANGED_GONE = "deleted since indexed"
-
-
-def file_change(indexed_hash: str, disk: bytes | None, buffer: str | None) -> str:
-    """How a file differs from its indexed version (content hash *indexed_hash*): the editor's
-    *buffer* when one was sent (compared by content, so its line endings may differ from disk),
-    else the bytes on *disk* (None: the file is gone); "" when it is the indexed version."""
-    if buffer is not None:
-        if content_hash(buffer.encode("utf-8", "surrogatepass")) == indexed_hash:
-            return ""
-        if disk is not None and _same_text(buffer, disk) and content_hash(disk) != indexed_hash:
-            return CHANGED_ON_DISK
-        return CHANGED_IN_EDITOR
-    if disk is None:
-        return CHANGED_GONE
-    return "" if content_hash(disk) == indexed_hash else CHANGED_ON_DISK
-
-
-def _same_text(text: str, data: bytes) -> bool:
-    try:
-        disk = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return text.replace("\r\n", "\n") == disk.replace("\r\n", "\n")
-
-
-def changed_note(changes: Iterable[str]) -> str:
-    """``2 blocks changed since indexed (1 on disk, 1 unsaved in the editor)`` for the answer's
-    blocks whose file differs from the indexed version; "" if none."""
-    counts = {kind: 0 for kind in (CHANGED_ON_DISK, CHANGED_IN_EDITOR, CHANGED_GONE)}
-    for change in changes:
-        if change:
-            counts[change] += 1
-    total = sum(counts.values())
-    if not total:
-        return ""
-    words = {CHANGED_ON_DISK: "on disk", CHANGED_IN_EDITOR: "unsaved in the editor", CHANGED_GONE: "deleted"}
-    parts = ", ".join(f"{n} {words[k]}" for k, n in counts.items() if n)
-    return f"{total} block{'s' if total != 1 else ''} changed since indexed ({parts})"
-
-
-def progress_notes(progress: Mapping[str, object]) -> list[str]:
-    """What the watcher's counts of a workspace say about the answer: ``index N% built`` while
-    files are not in the table yet (or stale), else ``vectors N% built`` while files are in it
-    with their keyword text only; nothing once every file is fully indexed."""
-    pending = int(progress.get("pending") or 0)
-    if not pending:
-        return []
-    total = int(progress.get("files") or 0)
-    keyword_only = int(progress.get("vectors_pending") or 0)
-    if pending > keyword_only:
-        done = int(progress.get("indexed_files") or 0)
-        pct = int(100 * done / total) if total else 0
-        return [f"index {pct}% built ({done} of {total} files, {pending} pending)"]
-    pct = int(100 * (total - keyword_only) / total) if total else 0
-    return [f"vectors {pct}% built ({keyword_only} of {total} files searched by keywords only)"]
-
-
-#: Focus files named in the context line; more are counted.
-FOCUS_NOTE_FILES = 3
-
-
-def focus_note(focus: Sequence[str], candidates: Iterable[tuple[str, Mapping[str, int]]]) -> str:
-    """``focus a.py, b.py (+2)`` for the focus files the search was given (active, visible, the
-    previous answer's, open), the first ``FOCUS_NOTE_FILES`` named, and ``, 1 used`` counting
-    those that gave a candidate through a focus list; "" without focus files."""
-    if not focus:
-        return ""
-    used = {path for path, ranks in candidates if FOCUS_VECTOR in ranks or FOCUS_KEYWORD in ranks}
-    more = f" (+{len(focus) - FOCUS_NOTE_FILES})" if len(focus) > FOCUS_NOTE_FILES else ""
-    return f"focus {', '.join(focus[:FOCUS_NOTE_FILES])}{more}, {len(used & set(focus))} used"
-
-
-def named_note(candidates: Iterable[tuple[str, Mapping[str, int]]]) -> str:
-    """``named a.py, b/c.py`` for the files among ``(path, ranks)`` candidates that entered as named
-    in the question (the ``mentioned`` list), in that list's order; "" if none."""
-    named: dict[str, int] = {}
-    for path, ranks in candidates:
-        if MENTIONED in ranks:
-            named[path] = min(ranks[MENTIONED], named.get(path, ranks[MENTIONED]))
-    return "named " + ", ".join(sorted(named, key=named.__getitem__)) if named else ""
-
-
-def select_by_threshold(
-    scored: Iterable[tuple[T, float]],
-    threshold: float = RERANK_THRESHOLD,
-    near_miss_count: int = NEAR_MISS_COUNT,
-    always: Container[int] = (),
-) -> tuple[list[tuple[T, float]], list[tuple[T, float]]]:
-    """Split ``(item, probability)`` pairs into ``(kept, near_misses)``.
-
-    Kept: probability >= *threshold*, and the pairs at the positions in *always* whatever their
-    probability (:func:`named_positions`); near misses: the *near_miss_count* best of the rest.
-    Both sorted by probability descending (stable for ties).
-    """
-    ordered = sorted(enumerate(scored), key=lambda p: -p[1][1])
-    kept = [p for i, p in ordered if p[1] >= threshold or i in always]
-    dropped = [p for i, p in ordered if not (p[1] >= threshold or i in always)]
-    return kept, dropped[: max(0, near_miss_count)]
-
-
-def named_positions(candidates: Sequence[tuple[str, Mapping[str, int], float]]) -> set[int]:
-    """Positions of the most probable candidate of each file the question names.
-
-    ``candidates`` are ``(path, ranks, probability)``; a file is named when one of its candidates
-    entered through the ``mentioned`` list. The user pointed at the file, so its best chunk is
-    kept even below the threshold (the context line's ``named`` note says why it is there).
-    """
-    best: dict[str, int] = {}
-    named = {path for path, ranks, _ in candidates if MENTIONED in ranks}
-    for i, (path, _, prob) in enumerate(candidates):
-        if path in named and (path not in best or prob > candidates[best[path]][2]):
-            best[path] = i
-    return set(best.values())

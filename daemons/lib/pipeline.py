@@ -25,18 +25,21 @@ Contract
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from daemons.lib import assembly, echoes
+from daemons.lib import notes as notes_
 from daemons.lib.assembly import Block, Hit
-from daemons.lib.fusion import rerank_order
+from daemons.lib.fusion import MENTIONED, rerank_order
 from daemons.lib.metrics import files_in_order
 from daemons.lib.widening import lines_text, split_lines, widen
 from protocol.schema import Candidate
 
-__all__ = ["Ordered", "assemble", "final_files", "notes", "order", "widen_hits"]
+__all__ = ["Ordered", "assemble", "final_files", "named_positions", "notes", "order", "select_by_threshold", "widen_hits"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -54,8 +57,8 @@ def order(candidates: Sequence[Candidate], probs: Sequence[float] | None, s: Any
     """The threshold and the final order of *candidates* (fused order) under settings *s*."""
     if probs is None:
         return Ordered(kept=[(c, c.fused_score) for c in candidates])
-    named = assembly.named_positions([(c.path, c.ranks, p) for c, p in zip(candidates, probs)])
-    kept, near = assembly.select_by_threshold(list(zip(candidates, probs)), threshold, s.near_misses, always=named)
+    named = named_positions([(c.path, c.ranks, p) for c, p in zip(candidates, probs)])
+    kept, near = select_by_threshold(list(zip(candidates, probs)), threshold, s.near_misses, always=named)
     # keyed by position among all candidates, so a dropped one still holds its rank
     keys = rerank_order([c.path for c in candidates], [p * c.weight for c, p in zip(candidates, probs)],
                         s.rerank_fusion_k, s.rerank_fusion_weight)
@@ -98,19 +101,52 @@ def assemble(hits: list[Hit], team_hits: list[Hit], texts: Mapping[str, str], la
 def notes(question: str, candidates: Sequence[Candidate], s: Any, *, focus: Sequence[str], changes: Iterable[str],
           roles_missing: Sequence[str], follow_up: bool, previous_files: Sequence[str], answered_files: Sequence[str]) -> list[str]:
     """The context line's notes: role weights, question copies, named files, focus files, changed
-    files (*changes*: each code block's ``assembly.file_change``), kinds of file missing from the
+    files (*changes*: each code block's ``notes.file_change``), kinds of file missing from the
     index, and a follow-up that found nothing new; empty ones are left for the line to skip."""
     key = echoes.copy_key(question) if s.question_copy_weight < 1.0 else ""
     copies = {id(c) for c in candidates if echoes.quotes_question(c.text, key)}
     # a copy's weight holds the copy weight too; the roles' note wants its role weight alone
-    weighted = assembly.weights_note((c.path, c.weight / s.question_copy_weight if id(c) in copies else c.weight)
+    weighted = notes_.weights_note((c.path, c.weight / s.question_copy_weight if id(c) in copies else c.weight)
                                      for c in candidates if id(c) not in copies or s.question_copy_weight > 0)
     return [
         f"weighted {weighted}" if weighted else "",
-        assembly.copies_note(len(copies), s.question_copy_weight),
-        assembly.named_note((c.path, c.ranks) for c in candidates),
-        assembly.focus_note(focus, ((c.path, c.ranks) for c in candidates)),
-        assembly.changed_note(changes),
-        assembly.missing_roles_note(roles_missing),
-        assembly.nothing_new_note(follow_up, previous_files, answered_files),
+        notes_.copies_note(len(copies), s.question_copy_weight),
+        notes_.named_note((c.path, c.ranks) for c in candidates),
+        notes_.focus_note(focus, ((c.path, c.ranks) for c in candidates)),
+        notes_.changed_note(changes),
+        notes_.missing_roles_note(roles_missing),
+        notes_.nothing_new_note(follow_up, previous_files, answered_files),
     ]
+
+
+def select_by_threshold(
+    scored: Iterable[tuple[T, float]],
+    threshold: float = assembly.RERANK_THRESHOLD,
+    near_miss_count: int = assembly.NEAR_MISS_COUNT,
+    always: Container[int] = (),
+) -> tuple[list[tuple[T, float]], list[tuple[T, float]]]:
+    """Split ``(item, probability)`` pairs into ``(kept, near_misses)``.
+
+    Kept: probability >= *threshold*, and the pairs at the positions in *always* whatever their
+    probability (:func:`named_positions`); near misses: the *near_miss_count* best of the rest.
+    Both sorted by probability descending (stable for ties).
+    """
+    ordered = sorted(enumerate(scored), key=lambda p: -p[1][1])
+    kept = [p for i, p in ordered if p[1] >= threshold or i in always]
+    dropped = [p for i, p in ordered if not (p[1] >= threshold or i in always)]
+    return kept, dropped[: max(0, near_miss_count)]
+
+
+def named_positions(candidates: Sequence[tuple[str, Mapping[str, int], float]]) -> set[int]:
+    """Positions of the most probable candidate of each file the question names.
+
+    ``candidates`` are ``(path, ranks, probability)``; a file is named when one of its candidates
+    entered through the ``mentioned`` list. The user pointed at the file, so its best chunk is
+    kept even below the threshold (the context line's ``named`` note says why it is there).
+    """
+    best: dict[str, int] = {}
+    named = {path for path, ranks, _ in candidates if MENTIONED in ranks}
+    for i, (path, _, prob) in enumerate(candidates):
+        if path in named and (path not in best or prob > candidates[best[path]][2]):
+            best[path] = i
+    return set(best.values())

@@ -44,7 +44,7 @@ import msgspec
 import zmq
 
 from daemons.lib import runtime
-from daemons.lib.config import Settings, load_settings
+from daemons.lib.config import Settings
 from daemons.lib.deadline import BUSY_PREFIX, ScoringRate
 from daemons.lib.log import configure
 from daemons.lib.scorecache import ScoreCache, pair_key
@@ -598,4 +598,4 @@ class Broker:
 
 
 def main() -> None:
-    Broker(load_settings()).run()
+    runtime.run_daemon(Broker)

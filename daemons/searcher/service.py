@@ -16,7 +16,7 @@ import numpy as np
 import zmq
 
 from daemons.lib import runtime
-from daemons.lib.config import Settings, load_settings, with_overrides
+from daemons.lib.config import Settings, with_overrides
 from daemons.lib.question import QueryPlan, combine_vectors, plan_for
 from daemons.lib.log import configure
 from daemons.lib.lru import LRU
@@ -219,4 +219,4 @@ class Searcher:
 
 
 def main() -> None:
-    Searcher(load_settings()).run()
+    runtime.run_daemon(Searcher)

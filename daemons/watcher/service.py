@@ -20,7 +20,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from daemons.lib import runtime
-from daemons.lib.config import Settings, load_settings
+from daemons.lib.config import Settings
 from daemons.lib.indexing import pending_hash
 from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file, newest_first
 from daemons.lib.log import configure
@@ -385,4 +385,4 @@ class Watcher:
         self.log.info("stopped")
 
 def main() -> None:
-    Watcher(load_settings()).run()
+    runtime.run_daemon(Watcher)
