@@ -9,7 +9,6 @@ killed chunker is lost.
 """
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -20,20 +19,17 @@ from daemons.lib.chunking import CHUNKER_VERSION, Chunk, ChunkSettings, chunk_te
 from daemons.lib.config import Settings
 from daemons.lib.filtering import content_hash, read_file
 from daemons.lib.indexing import chunk_shape
-from daemons.lib.log import configure
 from daemons.lib.workspaces import Registry, check_event, safe_relpath
 from protocol import envelope
 from protocol.errors import ProtocolError
 from protocol.schema import ChunkBatch, ChunkRecord, FileChanged, FileDeleted
 
 
-class Chunker:
+class Chunker(runtime.Service):
+    name = "chunker"
+
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.log = configure("chunker")
-        self.ctx = zmq.Context.instance()
-        self.stats = runtime.Stats()
-        self.stop = threading.Event()
+        super().__init__(settings)
         self.registry = Registry(settings.data_dir)
         self.chunk_settings = ChunkSettings(settings.chunk_max_chars, settings.chunk_min_chars, settings.chunk_context_chars)
         self.pull = runtime.make_socket(self.ctx, zmq.PULL)

@@ -26,7 +26,6 @@ import zmq
 from daemons.lib import runtime
 from daemons.lib.config import Settings
 from daemons.lib.indexing import chunk_shape, embed_rows, index_meta, keyword_rows, pending_hash, plan_rows
-from daemons.lib.log import configure
 from daemons.lib.store import IndexStore, RebuildNeeded, cache_usage, configure_caches
 from daemons.lib.vectorcache import VectorCache, cache_file
 from daemons.lib.workspaces import Registry, check_event, index_dir, remove_index, safe_relpath
@@ -55,13 +54,11 @@ class WorkspaceIndex:
         self.catalog: dict[str, str] = store.catalog() if store else {}
 
 
-class Embedder:
+class Embedder(runtime.Service):
+    name = "embedder"
+
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.log = configure("embedder")
-        self.ctx = zmq.Context.instance()
-        self.stats = runtime.Stats()
-        self.stop = threading.Event()
+        super().__init__(settings)
         self.registry = Registry(settings.data_dir)
         self.indexes: dict[str, WorkspaceIndex] = {}
         configure_caches(settings.lance_index_cache_mb, settings.lance_metadata_cache_mb)
@@ -396,7 +393,7 @@ class Embedder:
     def _optimize_idle(self) -> None:
         with self.lock:
             for idx in self.indexes.values():
-                if idx.store is not None and idx.store._writes_since_optimize:
+                if idx.store is not None and idx.store.writes_since_optimize:
                     t0 = time.perf_counter()
                     try:
                         idx.store.optimize()

@@ -31,7 +31,6 @@ from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.indexing import chunk_content_hash
 from daemons.lib.question import QueryPlan, plan_for
-from daemons.lib.log import configure
 from daemons.lib.search import settings_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
 from daemons.lib.store import IndexStore, cache_usage, configure_caches
@@ -85,13 +84,11 @@ class _Question:
         self.stages.append(Stage(name=name, ms=round((time.perf_counter() - t0) * 1000, 2), detail=detail))
 
 
-class Front:
+class Front(runtime.Service):
+    name = "front"
+
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.log = configure("front")
-        self.ctx = zmq.Context.instance()
-        self.stats = runtime.Stats()
-        self.stop = threading.Event()
+        super().__init__(settings)
         self.registry = Registry(settings.data_dir)
         configure_caches(settings.lance_index_cache_mb, settings.lance_metadata_cache_mb)
         self.conversations = Conversations()

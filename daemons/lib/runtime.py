@@ -301,6 +301,23 @@ class ControlServer(threading.Thread):
         self.sock.close(0)
 
 
+class Service:
+    """What every daemon holds: its settings (``s``), its structlog logger, the process's ZeroMQ
+    context, its counters and its stop event. A daemon subclasses it, names itself in ``name``,
+    and is started by ``run_daemon``."""
+
+    name = ""
+
+    def __init__(self, settings: Any) -> None:
+        from daemons.lib.log import configure
+
+        self.s = settings
+        self.log = configure(self.name)
+        self.ctx = zmq.Context.instance()
+        self.stats = Stats()
+        self.stop = threading.Event()
+
+
 #: glibc's ``mallopt`` parameter number of M_ARENA_MAX.
 _M_ARENA_MAX = -8
 

@@ -308,6 +308,11 @@ class IndexStore:
         self._writes_since_optimize += 1
         self.last_update = time.time()
 
+    @property
+    def writes_since_optimize(self) -> int:
+        """Writes not yet folded into the indexes and compacted (``optimize``)."""
+        return self._writes_since_optimize
+
     def optimize_if_due(self, every: int) -> bool:
         """Fold new rows into the FTS/btree indexes and compact once ``every`` writes have piled up."""
         if self._writes_since_optimize < every:

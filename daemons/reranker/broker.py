@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -46,12 +45,11 @@ import zmq
 from daemons.lib import runtime
 from daemons.lib.config import Settings
 from daemons.lib.deadline import BUSY_PREFIX, ScoringRate
-from daemons.lib.log import configure
 from daemons.lib.scorecache import ScoreCache, pair_key
 from daemons.reranker import frames as F
 from protocol import envelope
 from protocol.envelope import DecodeError, Header, VersionError
-from protocol.errors import ProtocolError
+from protocol.errors import ErrorCode, ProtocolError
 from protocol.schema import ErrorReply, RerankReply, RerankRequest
 
 FAIL_BACKOFF_S = 10.0
@@ -148,13 +146,11 @@ class Request:
         return sum(len(self.passages[i]) for i in self.todo)
 
 
-class Broker:
+class Broker(runtime.Service):
+    name = "reranker"
+
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.log = configure("reranker")
-        self.ctx = zmq.Context.instance()
-        self.stats = runtime.Stats()
-        self.stop = threading.Event()
+        super().__init__(settings)
         self.pool_size = max(1, int(settings.reranker_pool_size))
         self.hb = float(settings.heartbeat_s)
         self.workers: dict[bytes, WorkerState] = {}
@@ -230,7 +226,7 @@ class Broker:
             part.worker = None
             part.attempt += 1
             if part.attempt >= MAX_ATTEMPTS:
-                self.finish_error(part.req, "internal", f"a part of this request was lost with {part.attempt} workers")
+                self.finish_error(part.req, ErrorCode.INTERNAL, f"a part of this request was lost with {part.attempt} workers")
             else:
                 self.pending.appendleft(part)
                 self.stats.incr("parts.redispatched")
@@ -246,7 +242,7 @@ class Broker:
         self.log.error("model_unavailable", error=reason)
         if not self.workers:  # nobody left who could do the work
             for req in list(self.active.values()):
-                self.finish_error(req, "unavailable", f"cross-encoder unavailable: {reason}")
+                self.finish_error(req, ErrorCode.UNAVAILABLE, f"cross-encoder unavailable: {reason}")
 
     def on_worker(self, msg: list[bytes]) -> None:
         if len(msg) < 3 or msg[1] != F.MAGIC:
@@ -307,10 +303,10 @@ class Broker:
             if req.msg_id not in self.active:
                 return  # answered already (timeout)
             if cmd == F.ERROR:
-                self.finish_error(req, "internal", f"scoring failed: {body.get('message', '')}")
+                self.finish_error(req, ErrorCode.INTERNAL, f"scoring failed: {body.get('message', '')}")
                 return
             if len(scores) != len(positions):
-                self.finish_error(req, "internal", f"worker returned {len(scores)} scores for {len(positions)} passages")
+                self.finish_error(req, ErrorCode.INTERNAL, f"worker returned {len(scores)} scores for {len(positions)} passages")
                 return
             for i, score in zip(positions, scores):
                 req.scores[i] = score
@@ -387,12 +383,12 @@ class Broker:
         self.reply(req.routing, req.header, RerankReply(scores=[float(s) for s in req.scores], model_id=req.model_id or self.model_id,
                                                         workers=len(req.workers_used), timings_ms=timings, cached=req.cached))
 
-    def finish_error(self, req: Request, code: str, message: str) -> None:
+    def finish_error(self, req: Request, code: ErrorCode, message: str) -> None:
         if req.msg_id not in self.active:
             return
         self._close(req)
-        self._log(req, code, error=message)  # counted before the reply goes out, as in finish_ok
-        self.reply(req.routing, req.header, ErrorReply(code=code, message=message))
+        self._log(req, code.value, error=message)  # counted before the reply goes out, as in finish_ok
+        self.reply(req.routing, req.header, ErrorReply(code=code.value, message=message))
 
     def on_frontend(self, frames: list[bytes]) -> None:
         started = time.monotonic()
@@ -416,20 +412,20 @@ class Broker:
         )
         self.active[req.msg_id] = req
         if self.stop.is_set():
-            self.finish_error(req, "unavailable", "reranker is shutting down")
+            self.finish_error(req, ErrorCode.UNAVAILABLE, "reranker is shutting down")
             return
         self.from_cache(req)
         if not req.todo:
             self.finish_ok(req)
             return
         if not self.workers and started < self.fail_until:
-            self.finish_error(req, "unavailable", f"cross-encoder unavailable: {self.model_error}")
+            self.finish_error(req, ErrorCode.UNAVAILABLE, f"cross-encoder unavailable: {self.model_error}")
             return
         if body.deadline_ms is not None:
             finish_ms = self.queue_finish_ms(req)
             if body.deadline_ms <= 0 or (finish_ms is not None and finish_ms > body.deadline_ms):
                 self.stats.incr("requests.refused_busy")
-                self.finish_error(req, "timeout", f"{BUSY_PREFIX}: the queue would finish this in about {finish_ms or 0:.0f} ms, "
+                self.finish_error(req, ErrorCode.TIMEOUT, f"{BUSY_PREFIX}: the queue would finish this in about {finish_ms or 0:.0f} ms, "
                                                   f"past its deadline of {body.deadline_ms} ms")
                 return
         req.cold = not self.idle
@@ -480,7 +476,7 @@ class Broker:
     def expire(self, now: float) -> None:
         for req in list(self.active.values()):
             if now >= req.deadline:
-                self.finish_error(req, "timeout", f"reranking not finished within {self.s.reranker_timeout_ms} ms")
+                self.finish_error(req, ErrorCode.TIMEOUT, f"reranking not finished within {self.s.reranker_timeout_ms} ms")
 
     # ------------------------------------------------------------------ status
 
@@ -545,7 +541,7 @@ class Broker:
                     self.log.info("draining", active=len(self.active))
                 if not self.active or now >= drain_until:
                     for req in list(self.active.values()):
-                        self.finish_error(req, "unavailable", "reranker is shutting down")
+                        self.finish_error(req, ErrorCode.UNAVAILABLE, "reranker is shutting down")
                     return
             timeout = min(100, max(1, int((self.next_hb - now) * 1000)))
             events = dict(poller.poll(timeout))

@@ -18,7 +18,6 @@ import zmq
 from daemons.lib import runtime
 from daemons.lib.config import Settings, with_overrides
 from daemons.lib.question import QueryPlan, combine_vectors, plan_for
-from daemons.lib.log import configure
 from daemons.lib.lru import LRU
 from daemons.lib.roles import roles_present, wanted_roles
 from daemons.lib.search import settings_search, to_candidates
@@ -86,13 +85,11 @@ class QueryEmbedder:
         return vec, reply.body.model_id, ""
 
 
-class Searcher:
+class Searcher(runtime.Service):
+    name = "searcher"
+
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.log = configure("searcher")
-        self.ctx = zmq.Context.instance()
-        self.stats = runtime.Stats()
-        self.stop = threading.Event()
+        super().__init__(settings)
         self.registry = Registry(settings.data_dir)
         self.stores: dict[str, IndexStore] = {}
         self.lock = threading.Lock()

@@ -23,7 +23,6 @@ from daemons.lib import runtime
 from daemons.lib.config import Settings
 from daemons.lib.indexing import pending_hash
 from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file, newest_first
-from daemons.lib.log import configure
 from daemons.lib.store import IndexStore
 from daemons.lib.workspaces import Registry, index_dir
 from protocol import envelope
@@ -68,13 +67,11 @@ class _Handler(FileSystemEventHandler):
                 self.watcher.hint(self.wid, os.fsdecode(p), event.is_directory)
 
 
-class Watcher:
+class Watcher(runtime.Service):
+    name = "watcher"
+
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.log = configure("watcher")
-        self.ctx = zmq.Context.instance()
-        self.stats = runtime.Stats()
-        self.stop = threading.Event()
+        super().__init__(settings)
         self.registry = Registry(settings.data_dir)
         self.workspaces: dict[str, WorkspaceState] = {}
         self.lock = threading.RLock()
