@@ -5,7 +5,7 @@ Run:  python -m bench.embedder_speed [--threads N] [--repeats R] [--windows W]
 Takes Python source from packages installed in the running interpreter (numpy, lancedb,
 onnx, ...), cuts it into 600-character windows, and times ``Embedder.embed_documents``.
 Measures the committed int8 artifact and, when it was kept by
-``python -m models.build_embedder --keep-fp32 models/.work/fp32``, the fp32 graph too.
+``python -m training.build_embedder --keep-fp32 models/.work/fp32``, the fp32 graph too.
 Writes bench/results/embedder_speed.json.
 """
 

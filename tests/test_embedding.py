@@ -14,7 +14,7 @@ from models.manifest import verify
 FOLDER = ARTIFACTS_DIR / DEFAULT_NAME
 
 pytestmark = pytest.mark.skipif(
-    not (FOLDER / "manifest.json").exists(), reason="artifact missing: run python -m models.build_embedder"
+    not (FOLDER / "manifest.json").exists(), reason="artifact missing: run python -m training.build_embedder"
 )
 
 DATE_FN = '''def parse_date(value: str) -> datetime.date:
@@ -102,7 +102,7 @@ def test_missing_file_raises(tmp_path, monkeypatch):
     shutil.copytree(FOLDER, folder)
     (folder / "model.int8.onnx").unlink()
     monkeypatch.setenv("WSCTX_EMBEDDER_DIR", str(folder))
-    with pytest.raises(ModelUnavailable, match="models.build_embedder"):
+    with pytest.raises(ModelUnavailable, match="training.build_embedder"):
         load_embedder()
 
 

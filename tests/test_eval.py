@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from daemons import cli
+from daemons import status_report
 from daemons.lib import evaluation
 from daemons.lib.history import NotAGitRepository, commit_cases
 from tests.support import REPO, Daemons, daemon_env, register, short_tmpdir, table_mismatches, wait_until
@@ -133,7 +134,7 @@ def test_eval_asks_the_history_through_the_daemons_beside_bm25() -> None:
             d.start(timeout=90)
             wait_until(lambda: not table_mismatches(d.data_dir, h.root), 120, message=d.log_tail)
             # as `wsctx status --wait` does: reconciled, nothing pending, every vector built
-            wait_until(lambda: not cli.still_indexing(cli.gather_status(d.settings)["workspaces"]), 60, message=d.log_tail)
+            wait_until(lambda: not status_report.still_indexing(cli.gather_status(d.settings)["workspaces"]), 60, message=d.log_tail)
             out = base / "report.json"
             done = subprocess.run([sys.executable, "-m", "daemons.cli", "eval", str(h.root), "--set", "ranking=spec", "--out", str(out)],
                                   cwd=str(REPO), env=env, capture_output=True, text=True, timeout=240)

@@ -475,7 +475,7 @@ def test_table_that_cannot_be_created_is_a_failed_write_and_indexing_resumes(sta
     """A new workspace's table that cannot be made (indexes folder read-only, as on a full disk) is a failed write: the embedder stays up, status says writes are failing, and the workspace is indexed once writes work again."""
     if os.geteuid() == 0 and not stack.dropped_root:
         pytest.skip("running as root without setpriv: file modes do not bind the daemons")
-    from daemons import cli
+    from daemons import cli, status_report
 
     indexes = Path(stack.settings.data_dir) / "indexes"
     indexes.mkdir(parents=True, exist_ok=True)
@@ -490,14 +490,14 @@ def test_table_that_cannot_be_created_is_a_failed_write_and_indexing_resumes(sta
                    message=lambda: stack.log_text("embedder")[-3000:])
         time.sleep(3)
         assert stack.pid("embedder") == pid, "the embedder died on a table it could not create"
-        report = cli.workspace_report(stack.settings, cli.all_status(stack.settings))[wid]
+        report = status_report.workspace_report(stack.settings, cli.all_status(stack.settings))[wid]
         assert any(p.startswith("writes failing: permission denied (") for p in report["problems"]), report["problems"]
     finally:
         indexes.chmod(mode)
     stack.wait_indexed(root, 120)
     assert stack.pid("embedder") == pid
     assert "table_create_failed" in stack.log_text("embedder")
-    report = cli.workspace_report(stack.settings, cli.all_status(stack.settings))[wid]
+    report = status_report.workspace_report(stack.settings, cli.all_status(stack.settings))[wid]
     assert not any(p.startswith("writes failing") for p in report["problems"]), report["problems"]
 
 

@@ -8,7 +8,7 @@ Both start from all-MiniLM-L6-v2 (``--init DIR``: a transformers BERT folder; by
 ``training.corpus.pack`` writes: training split for steps, validation split (held-out
 repositories) for the figures.
 
-* **embedder**: mean-pooled, L2-normalised MiniLM (as ``models.build_embedder``'s graph);
+* **embedder**: mean-pooled, L2-normalised MiniLM (as ``training.build_embedder``'s graph);
   InfoNCE over in-batch positives and one hard negative per query (scale 1/``--temperature``),
   with other queries' copies of a row's positive masked out. A passage is one window of the
   product's (``daemons.lib.windows``: 600 characters, 80 overlap, the path in front), a
@@ -25,7 +25,7 @@ any point (``--time-budget``) and go on later. Validation figures (MRR, recall@1
 positive among each held-out repository's pooled passages for the embedder, among its own
 negatives for the cross-encoder) are printed before training and after, and written to
 ``DIR/metrics.json``; the weights go to ``DIR/model/`` (transformers layout) or ``DIR/ce.pt``
-(the cross-encoder's state dict, what ``models/train_cross_encoder/export.py --ckpt`` reads).
+(the cross-encoder's state dict, what ``training/cross_encoder/export.py --ckpt`` reads).
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ from models.cross_encoder import pair_ids, rerank_passage  # noqa: E402  (the re
 from training.corpus.pack import read_pack  # noqa: E402
 
 WORK = REPO / "training" / ".work"
-PASSAGE_TOKENS = 256  # models.build_embedder.MAX_TOKENS: what the product embeds
+PASSAGE_TOKENS = 256  # training.build_embedder.MAX_TOKENS: what the product embeds
 
 
 def base_dir() -> Path:
@@ -81,7 +81,7 @@ class Encoder(nn.Module):
 
 class CrossEncoder(nn.Module):
     """The reranker's model: MiniLM, mean pooling over the pair, one Linear to one logit (the
-    state-dict layout of ``models/train_cross_encoder/common.CrossEncoderModel``)."""
+    state-dict layout of ``training/cross_encoder/common.CrossEncoderModel``)."""
 
     def __init__(self, init: Path) -> None:
         super().__init__()
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--init", type=Path, default=None, help="transformers BERT folder to start from")
     ap.add_argument("--init-state", type=Path, default=None,
                     help="a state dict to load over it (the shipped cross-encoder, rebuilt by "
-                         "models/train_cross_encoder/recover.py)")
+                         "training/cross_encoder/recover.py)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=32, help="queries per step")

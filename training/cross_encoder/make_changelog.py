@@ -20,8 +20,8 @@ its docstring, cut at a line boundary to 1,000 characters. Queries keep the note
 names, with markup, issue/PR references, user handles and links removed. Same pins, same seed,
 same output (gzip mtime 0); nothing from shared/eval and none of its repositories:
 
-    python models/train_cross_encoder/make_changelog.py --sdists models/.work/sdists \
-        --out models/train_cross_encoder/data/changelog_pairs.jsonl.gz
+    python training/cross_encoder/make_changelog.py --sdists models/.work/sdists \
+        --out training/cross_encoder/data/changelog_pairs.jsonl.gz
 """
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def resolve(name: str, by_tail: dict[str, list[int]], defs: list[dict]) -> int |
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sdists", default="models/.work/sdists")
-    ap.add_argument("--out", default="models/train_cross_encoder/data/changelog_pairs.jsonl.gz")
+    ap.add_argument("--out", default="training/cross_encoder/data/changelog_pairs.jsonl.gz")
     ap.add_argument("--seed", type=int, default=20261203)
     ap.add_argument("--max-per-repo", type=int, default=700)
     args = ap.parse_args()

@@ -7,7 +7,7 @@ torch names; the fused QKV matrix is split into query, key and value; the head k
 calibration (the next export calibrates again on top). The result is checked against
 onnxruntime on validation pairs before it is saved.
 
-    python models/train_cross_encoder/recover.py --out models/.work/ce_v2.pt
+    python training/cross_encoder/recover.py --out models/.work/ce_v2.pt
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def main() -> None:
     if missing or unexpected:
         raise SystemExit(f"weights not matched: missing {missing}, unexpected {unexpected}")
     tok = load_tokenizer()
-    rows = [r for r in read_pairs(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz") if r["split"] == "val"]
+    rows = [r for r in read_pairs(REPO / "training/cross_encoder/data/pairs.jsonl.gz") if r["split"] == "val"]
     sample = [(r["query"], r["passage"]) for r in rows[: args.check]]
     t = np.array(predict(model, tok, sample, 512, 16))
     import onnxruntime as ort

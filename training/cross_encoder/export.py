@@ -1,6 +1,6 @@
 """Export the trained cross-encoder to ONNX, quantise to int8, evaluate, calibrate, write artifacts.
 
-    python models/train_cross_encoder/export.py [--ckpt models/.work/ce.pt]
+    python training/cross_encoder/export.py [--ckpt models/.work/ce.pt]
 
 Steps:
  1. fp32 ONNX of the raw model (inputs input_ids / attention_mask / token_type_ids int64 with
@@ -12,7 +12,7 @@ Steps:
  3. Platt scaling (logit' = a * logit + b) fitted on the validation pairs, folded into the final
     Linear layer; re-export and re-quantise; check int8 vs torch; write
     models/artifacts/cross-encoder/{model.int8.onnx, tokenizer.json, manifest.json} and
-    models/train_cross_encoder/metrics.json.
+    training/cross_encoder/metrics.json.
 """
 from __future__ import annotations
 
@@ -208,8 +208,8 @@ def metrics_at(x_logit: np.ndarray, y: np.ndarray, kinds: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", default=str(WORK / "ce.pt"))
-    ap.add_argument("--data", nargs="+", default=[str(REPO / "models/train_cross_encoder/data/pairs.jsonl.gz"),
-                                                  str(REPO / "models/train_cross_encoder/data/changelog_pairs.jsonl.gz")])
+    ap.add_argument("--data", nargs="+", default=[str(REPO / "training/cross_encoder/data/pairs.jsonl.gz"),
+                                                  str(REPO / "training/cross_encoder/data/changelog_pairs.jsonl.gz")])
     ap.add_argument("--previous", default="", help="an earlier int8 model to score on the same validation lists")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-baseline", action="store_true")
@@ -218,7 +218,7 @@ def main() -> None:
     ap.add_argument("--val-limit", type=int, default=0, help="smoke test: only the first N val queries")
     ap.add_argument("--train-info", default=str(WORK / "train_info.json"))
     ap.add_argument("--out", default=str(ART), help="artifact folder written (default: the shipped one); a candidate goes elsewhere")
-    ap.add_argument("--metrics-out", default=str(REPO / "models/train_cross_encoder/metrics.json"))
+    ap.add_argument("--metrics-out", default=str(REPO / "training/cross_encoder/metrics.json"))
     ap.add_argument("--version", default="3", help="the manifest's version")
     ap.add_argument("--corpus", action="store_true",
                     help="the checkpoint was trained by training/train.py on the mined project histories (the manifest says so)")
@@ -335,7 +335,7 @@ def main() -> None:
         "licence": "Apache-2.0 (base model); fine-tuned weights under the same licence",
         "architecture": "BERT encoder, mean pooling over the whole pair, Linear(384 -> 1)",
         "training_data": CORPUS_DATA if args.corpus else (f"{sum(1 for r in data if r['split'] == 'train')} query-code pairs mined from "
-                          "13 PyPI source distributions (see models/train_cross_encoder/make_data.py "
+                          "13 PyPI source distributions (see training/cross_encoder/make_data.py "
                           "for the pinned versions and sha256): docstring sentences, names and "
                           "commit/issue-like phrasings as queries; the definition's code without its "
                           "docstring as positive; and the same sdists' changelog notes as queries, "

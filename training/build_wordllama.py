@@ -10,7 +10,7 @@ graph Gather -> masked mean -> L2 norm (output ``sentence_embedding``, inputs ``
 ``attention_mask``, so ``models.embedding.Embedder`` runs it unchanged) with the table kept in
 fp16, and writes ``models/artifacts/wordllama-l2-256/`` with its manifest. WordLlama encodes
 without special tokens, so the tokenizer's BOS post-processor is dropped. The artifact is not
-committed (it is a measured alternative, not the default): ``python -m models.build_wordllama``
+committed (it is a measured alternative, not the default): ``python -m training.build_wordllama``
 makes it, and ``WSCTX_EMBEDDER_MODEL=wordllama-l2-256`` selects it (a rebuild of each index).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.build_embedder import read_safetensors
+from training.build_embedder import read_safetensors
 from models.manifest import sha256_file, write_manifest
 
 NAME = "wordllama-l2-256"
@@ -44,7 +44,7 @@ MODEL_CARD = (
     "several Llama-2-tokenizer LLMs, concatenated and trained with a contrastive objective into a "
     "256-dimensional static embedding per token; a text is the mean of its token vectors, "
     "L2-normalised. No attention, so it is very fast and blind to word order. This artifact: the "
-    "fp16 table from the PyPI wheel in an ONNX Gather/mean graph, built by models/build_wordllama.py."
+    "fp16 table from the PyPI wheel in an ONNX Gather/mean graph, built by training/build_wordllama.py."
 )
 
 
@@ -143,7 +143,7 @@ def _manifest(dim: int) -> dict:
         "pooling": "mean",
         "normalised": True,
         "prefixes": {"document": "", "query": ""},
-        "build": {"command": "python -m models.build_wordllama", "checks": {}},
+        "build": {"command": "python -m training.build_wordllama", "checks": {}},
     }
 
 

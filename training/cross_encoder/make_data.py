@@ -4,8 +4,8 @@ Deterministic: the same sdists (pinned by version and sha256 below) and the same
 same file.  Run in the training venv (needs rank-bm25, numpy):
 
     pip download --no-deps --no-binary :all: NAME==VER -d models/.work/sdists   (for each pin)
-    python models/train_cross_encoder/make_data.py --sdists models/.work/sdists \
-        --out models/train_cross_encoder/data/pairs.jsonl.gz
+    python training/cross_encoder/make_data.py --sdists models/.work/sdists \
+        --out training/cross_encoder/data/pairs.jsonl.gz
 
 Queries are written from the code's own documentation (nobody on this project wrote them):
 the first sentence of a function's or class's docstring, its first paragraph, the name split
@@ -219,7 +219,7 @@ def make_query(d: dict, rng: random.Random) -> tuple[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sdists", default="models/.work/sdists")
-    ap.add_argument("--out", default="models/train_cross_encoder/data/pairs.jsonl.gz")
+    ap.add_argument("--out", default="training/cross_encoder/data/pairs.jsonl.gz")
     ap.add_argument("--train-per-repo", type=int, default=230)
     ap.add_argument("--val-per-repo", type=int, default=90)
     ap.add_argument("--hard", type=int, default=2)

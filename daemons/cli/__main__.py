@@ -1,0 +1,6 @@
+"""``python -m daemons.cli``: the ``wsctx`` command."""
+import sys
+
+from daemons.cli import main
+
+sys.exit(main())
