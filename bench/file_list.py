@@ -20,7 +20,7 @@ from bench.common import bench_settings
 from bench.speed import OUT, machine, queries_for, stats_ms
 from daemons.lib.keywords import query_keywords
 from daemons.lib.fusion import FILE_LISTS
-from daemons.lib.search import hybrid_search
+from daemons.lib.search import SearchParams, hybrid_search
 from daemons.lib.store import IndexStore
 
 
@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         f"keyword k={settings.keyword_k}": lambda i: store.keyword_search(kws[i], settings.keyword_k),
         f"keyword k={settings.file_keyword_pool}": lambda i: store.keyword_search(kws[i], settings.file_keyword_pool),
         f"whole-file k={2 * settings.keyword_k}": lambda i: store.file_keyword_search(kws[i], 2 * settings.keyword_k),
-        "hybrid, four lists": lambda i: hybrid_search(store, kws[i], vecs[i], file_pool=0),
+        "hybrid, four lists": lambda i: hybrid_search(store, kws[i], vecs[i], params=SearchParams(file_pool=0)),
         **{
-            f"hybrid, file_list={mode}": (lambda i, mode=mode: hybrid_search(store, kws[i], vecs[i], file_pool=settings.file_keyword_pool, file_list=mode))
+            f"hybrid, file_list={mode}": (lambda i, mode=mode: hybrid_search(store, kws[i], vecs[i], params=SearchParams(file_pool=settings.file_keyword_pool, file_list=mode)))
             for mode in FILE_LISTS
         },
     }

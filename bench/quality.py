@@ -42,6 +42,7 @@ import hashlib
 import json
 import sys
 import time
+from dataclasses import replace
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
@@ -54,10 +55,9 @@ from bench.validation import LONG_LIMIT, SUFFIXES, validation_cases, validation_
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows
 from daemons.lib.pipeline import final_files
-from daemons.lib import echoes, fusion, roles, search
+from daemons.lib import fusion, roles, search
 from daemons.lib import mentions as mentions_mod, question as question_mod
-from daemons.lib.roles import role_weights
-from daemons.lib.search import hybrid_search
+from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused", "cross_encoder", "reranked"]
@@ -205,20 +205,16 @@ def main(argv: list[str] | None = None) -> int:
             changed = False
             ranked["bm25_file"] = bm25.search(q, 50)  # cheap: always recomputed, never stale
             if not {"keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused"} <= ranked.keys() or (reranker is not None and "fused_probs" not in ranked):
-                plan, kw, vec, named = question_queries(q, settings, embedder, store)
+                plan, kw, vec, _ = question_queries(q, settings, embedder, store)
                 ranked["keyword"] = files_in_order(store.keyword_search(kw, 50))
                 ranked["vector"] = files_in_order(fold_windows(search._vector_search(store, vec, 50), limit=50))
-                common = dict(vector_k=settings.vector_k, keyword_k=settings.keyword_k, focus_k=settings.focus_k,
-                              top_n=settings.rerank_top, rrf_k=settings.rrf_k, file_list=settings.file_list)
-                weights = role_weights(plan.role_text, settings.test_weight, settings.doc_weight, settings.config_weight)
-                ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, **common, file_pool=0).candidates)
-                ranked["no_file_list"] = files_in_order(
-                    hybrid_search(store, kw, vec, None, **common, file_pool=0, role_weights=weights).candidates)
-                ranked["no_mentions"] = files_in_order(
-                    hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights).candidates)
-                res = hybrid_search(store, kw, vec, None, **common, file_pool=settings.file_keyword_pool, role_weights=weights, mentioned=named,
-                                    list_weights=settings.list_weights(), copy_key=echoes.copy_key(q),
-                                    copy_weight=settings.question_copy_weight)
+                product = question_params(settings, plan)
+                # the ablations: no list weights, copy weight or named files unless they say so
+                bare = replace(product, mentioned=(), list_weights=None, copy_weight=1.0)
+                ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, replace(bare, file_pool=0, role_weights=None)).candidates)
+                ranked["no_file_list"] = files_in_order(hybrid_search(store, kw, vec, None, replace(bare, file_pool=0)).candidates)
+                ranked["no_mentions"] = files_in_order(hybrid_search(store, kw, vec, None, bare).candidates)
+                res = hybrid_search(store, kw, vec, None, product)
                 ranked["fused"] = files_in_order(res.candidates)
                 if reranker is not None:
                     cands = res.candidates

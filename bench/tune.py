@@ -24,6 +24,7 @@ import itertools
 import json
 import sys
 import time
+from dataclasses import replace
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
@@ -40,8 +41,8 @@ from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion, mentions as mentions_mod, question as question_mod, roles, search
 from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, weighted_fuse
-from daemons.lib.roles import file_role, role_weights
-from daemons.lib.search import hybrid_search
+from daemons.lib.roles import file_role
+from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
 
 OUT = Path(__file__).resolve().parent / "results" / "tune.json"
@@ -74,11 +75,9 @@ def log(msg: str) -> None:
 def case_lists(store: Any, embedder: Any, q: str, settings: Any) -> dict[str, Any]:
     """Every list of the question with every candidate: ``lists`` (chunk ids by list, in rank
     order), ``paths``, ``texts`` and ``roles`` (each chunk's role weight for this question)."""
-    plan, kw, vec, named = question_queries(q, settings, embedder, store)
-    weights = role_weights(plan.role_text, settings.test_weight, settings.doc_weight, settings.config_weight)
-    res = hybrid_search(store, kw, vec, None, vector_k=settings.vector_k,
-                        keyword_k=settings.keyword_k, focus_k=settings.focus_k, top_n=10**6, rrf_k=settings.rrf_k,
-                        file_list=settings.file_list, file_pool=settings.file_keyword_pool, role_weights=weights, mentioned=named)
+    plan, kw, vec, _ = question_queries(q, settings, embedder, store)
+    # every candidate, unweighted by list (the tuner weighs the lists itself)
+    res = hybrid_search(store, kw, vec, None, replace(question_params(settings, plan), top_n=10**6, list_weights=None, copy_weight=1.0))
     rows = {r["chunk_id"]: r for r in res.candidates}
     return {"rerank_query": plan.rerank_query, "lists": res.lists, "paths": {c: r["path"] for c, r in rows.items()}, "texts": {c: r["text"] for c, r in rows.items()},
             "roles": {c: r["weight"] for c, r in rows.items()}, "probs": {}}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from daemons.lib.echoes import copy_key, quotes_question
-from daemons.lib.search import hybrid_search
+from daemons.lib.search import SearchParams, hybrid_search
 from daemons.lib.store import IndexStore
 from tests.support import index_row
 
@@ -52,8 +52,8 @@ def test_the_search_weighs_a_chunk_quoting_the_question_below_the_code_that_answ
     for k in range(4):
         s.replace_file(f"src/other{k}.py", [index_row(f"src/other{k}.py", 0, f"filler{k} words", rng.standard_normal(dim))])
     vec = (qv / np.linalg.norm(qv)).astype(np.float32)
-    plain = hybrid_search(s, "retry logic", vec, copy_key=copy_key(Q), copy_weight=1.0)
+    plain = hybrid_search(s, "retry logic", vec, params=SearchParams(copy_key=copy_key(Q), copy_weight=1.0))
     assert plain.candidates[0]["path"] == "bench/questions.py"
-    weighed = hybrid_search(s, "retry logic", vec, copy_key=copy_key(Q), copy_weight=0.25)
+    weighed = hybrid_search(s, "retry logic", vec, params=SearchParams(copy_key=copy_key(Q), copy_weight=0.25))
     assert [c["path"] for c in weighed.candidates[:2]] == ["src/net.py", "bench/questions.py"]
     assert weighed.candidates[1]["weight"] == pytest.approx(0.25) and weighed.candidates[0]["weight"] == 1.0

@@ -8,7 +8,7 @@ from daemons.lib.fusion import RRF_K
 from daemons.lib.assembly import context_line
 from daemons.lib.notes import weights_note
 from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role, role_weights, roles_present, wanted_roles, weight_of
-from daemons.lib.search import hybrid_search
+from daemons.lib.search import SearchParams, hybrid_search
 from daemons.lib.store import IndexStore
 from tests.support import index_row
 
@@ -86,13 +86,13 @@ def test_hybrid_search_puts_source_above_a_test_that_repeats_its_names(tmp_path)
     assert [c["path"] for c in unweighted.candidates[:2]] == ["tests/test_retry.py", "src/retry.py"]
     assert all(c["weight"] == 1.0 for c in unweighted.candidates)
 
-    weighted = hybrid_search(store, "retry backoff", q, role_weights=role_weights("where is the retry backoff?", 0.5, 0.5))
+    weighted = hybrid_search(store, "retry backoff", q, params=SearchParams(role_weights=role_weights("where is the retry backoff?", 0.5, 0.5)))
     assert [c["path"] for c in weighted.candidates[:2]] == ["src/retry.py", "tests/test_retry.py"]
     test_hit = weighted.candidates[1]
     assert test_hit["weight"] == 0.5
     assert test_hit["fused_score"] == pytest.approx(0.5 * sum(1 / (RRF_K + r) for r in test_hit["ranks"].values()))
 
-    asked = hybrid_search(store, "retry backoff", q, role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5))
+    asked = hybrid_search(store, "retry backoff", q, params=SearchParams(role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5)))
     assert asked.candidates[0]["path"] == "tests/test_retry.py"
 
 

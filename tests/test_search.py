@@ -7,7 +7,7 @@ import pytest
 from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR
 from daemons.lib.mentions import mentions
 from daemons.lib.roles import role_weights
-from daemons.lib.search import hybrid_search, representatives
+from daemons.lib.search import SearchParams, hybrid_search, representatives
 from daemons.lib.store import FILE_KEYWORDS, IndexStore
 from tests.support import index_row
 
@@ -35,7 +35,7 @@ def store(tmp_path) -> IndexStore:
 @pytest.mark.timeout(120)
 def test_file_keyword_list_votes_for_the_file_matching_more_of_the_question(store: IndexStore) -> None:
     """The fifth list ranks files by their two best keyword chunks, so a file matching two question words rises by file."""
-    res = hybrid_search(store, "redirect cookie", None, file_list="chunks")
+    res = hybrid_search(store, "redirect cookie", None, params=SearchParams(file_list="chunks"))
     assert set(res.lists) == {KEYWORD, FILE_KEYWORD}
     files = [store_row_path(cid) for cid in res.lists[FILE_KEYWORD]]
     assert files[0] == "src/session.py"
@@ -51,7 +51,7 @@ def test_file_keyword_list_votes_for_the_file_matching_more_of_the_question(stor
 def test_file_pool_zero_fuses_the_four_searches_alone(store: IndexStore) -> None:
     """With ``file_pool=0`` only the SPEC's lists are fused and no candidate carries a file-list rank."""
     q = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
-    res = hybrid_search(store, "redirect cookie", q, file_pool=0)
+    res = hybrid_search(store, "redirect cookie", q, params=SearchParams(file_pool=0))
     assert set(res.lists) == {VECTOR, KEYWORD}
     assert all(FILE_KEYWORD not in c["ranks"] and FILE_BM25 not in c["ranks"] for c in res.candidates)
     assert len(res.lists[KEYWORD]) <= 20
@@ -60,7 +60,7 @@ def test_file_pool_zero_fuses_the_four_searches_alone(store: IndexStore) -> None
 @pytest.mark.timeout(120)
 def test_keyword_list_keeps_keyword_k_rows_while_the_pool_is_wider(store: IndexStore) -> None:
     """The keyword list is cut to ``keyword_k`` even though the search fetched the wider file pool."""
-    res = hybrid_search(store, "session redirect cookie unrelated0 unrelated1", None, keyword_k=2, file_pool=50)
+    res = hybrid_search(store, "session redirect cookie unrelated0 unrelated1", None, params=SearchParams(keyword_k=2, file_pool=50))
     assert len(res.lists[KEYWORD]) == 2
     assert len(res.lists[FILE_KEYWORD]) == 2 and len(res.lists[FILE_BM25]) == 2
     ids = {c["chunk_id"] for c in res.candidates}
@@ -70,7 +70,7 @@ def test_keyword_list_keeps_keyword_k_rows_while_the_pool_is_wider(store: IndexS
 @pytest.mark.timeout(120)
 def test_whole_file_list_ranks_files_by_all_their_text_each_at_its_best_chunk(store: IndexStore) -> None:
     """The whole-file BM25 list puts the file holding both question words first, entered at its best keyword chunk."""
-    res = hybrid_search(store, "redirect cookie", None, file_list="files")
+    res = hybrid_search(store, "redirect cookie", None, params=SearchParams(file_list="files"))
     assert set(res.lists) == {KEYWORD, FILE_BM25}
     files = [store_row_path(cid) for cid in res.lists[FILE_BM25]]
     assert files[0] == "src/session.py" and len(files) == len(set(files))
@@ -84,9 +84,9 @@ def test_whole_file_list_weighs_tests_below_source_unless_asked(tmp_path) -> Non
     s = IndexStore.open_writer(tmp_path / "ix", META)
     s.replace_file("tests/test_retry.py", [index_row("tests/test_retry.py", 0, "retry backoff retry backoff retry", rng.standard_normal(DIM))])
     s.replace_file("src/retry.py", [index_row("src/retry.py", 0, "retry backoff", rng.standard_normal(DIM))])
-    weighted = hybrid_search(s, "retry backoff", None, file_list="files", role_weights=role_weights("where is retry backoff?", 0.5, 0.5))
+    weighted = hybrid_search(s, "retry backoff", None, params=SearchParams(file_list="files", role_weights=role_weights("where is retry backoff?", 0.5, 0.5)))
     assert [store_row_path(c) for c in weighted.lists[FILE_BM25]] == ["src/retry.py", "tests/test_retry.py"]
-    asked = hybrid_search(s, "retry backoff", None, file_list="files", role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5))
+    asked = hybrid_search(s, "retry backoff", None, params=SearchParams(file_list="files", role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5)))
     assert [store_row_path(c) for c in asked.lists[FILE_BM25]][0] == "tests/test_retry.py"
 
 
@@ -114,14 +114,14 @@ def test_representatives_prefer_keyword_then_vector_chunks_then_the_first_row() 
 def test_a_file_the_question_names_is_fused_at_its_best_chunk_or_its_first(store: IndexStore) -> None:
     """Files named in the question (a traceback path, a dotted module) form the ``mentioned`` list in order of mention."""
     q = 'redirect fails:\n  File "/home/me/proj/src/other3.py", line 4\nsee src.codes.STATUS'
-    res = hybrid_search(store, "redirect", None, file_list="chunks", mentioned=mentions(q))
+    res = hybrid_search(store, "redirect", None, params=SearchParams(file_list="chunks", mentioned=mentions(q)))
     assert [store_row_path(c) for c in res.lists[MENTIONED]] == ["src/other3.py", "src/codes.py"]
     by_id = {c["chunk_id"]: c for c in res.candidates}
     assert res.lists[MENTIONED][0] == "src/other3.py|h|0"  # no search row of it: its first chunk
     assert by_id[res.lists[MENTIONED][0]]["ranks"] == {MENTIONED: 1}
     assert by_id[res.lists[MENTIONED][1]]["ranks"][KEYWORD] == 1  # the keyword hit stands for it
     assert MENTIONED in res.timings_ms
-    plain = hybrid_search(store, "redirect", None, file_list="chunks", mentioned=mentions("why does redirect fail?"))
+    plain = hybrid_search(store, "redirect", None, params=SearchParams(file_list="chunks", mentioned=mentions("why does redirect fail?")))
     assert MENTIONED not in plain.lists and "src/other3.py" not in {c["path"] for c in plain.candidates}
 
 
@@ -149,5 +149,5 @@ def test_an_unknown_file_list_is_refused_by_settings_and_search(store: IndexStor
     with pytest.raises(ValueError, match="file_list"):
         load_settings(config_file="/nonexistent.toml", env={"WSCTX_FILE_LIST": "whole"})
     with pytest.raises(ValueError, match="file_list"):
-        hybrid_search(store, "redirect", None, file_list="whole")
+        hybrid_search(store, "redirect", None, params=SearchParams(file_list="whole"))
     assert load_settings(config_file="/nonexistent.toml", env={"WSCTX_FILE_LIST": "chunks"}).file_list == "chunks"

@@ -18,9 +18,14 @@ from pathlib import Path
 from collections.abc import Iterable, Mapping
 from typing import Any, get_type_hints
 
+from daemons.lib.assembly import BUDGET_CHARS, MAX_BLOCK_CHARS, NEAR_MISS_COUNT, RERANK_THRESHOLD, SNIPPET_COUNT
+from daemons.lib.chunking import DEFAULT_SETTINGS as CHUNK_DEFAULTS
 from daemons.lib.fusion import (
-    BOTH, FILE_BM25, FILE_KEYWORD, FILE_LISTS, KEYWORD, LIST_WEIGHTS, MENTIONED, RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RRF_K, VECTOR,
+    BOTH, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FOCUS_K, KEYWORD, KEYWORD_K, LIST_WEIGHTS, MENTIONED,
+    RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RERANK_TOP, RRF_K, VECTOR, VECTOR_K,
 )
+from daemons.lib.widening import IMPORTS_MAX_CHARS, WIDEN_MAX_CHARS
+from daemons.lib.windows import WINDOW_CHARS, WINDOW_OVERLAP
 from daemons.lib.echoes import QUESTION_COPY_WEIGHT
 from daemons.lib.roles import CONFIG_WEIGHT, DOC_WEIGHT, TEST_WEIGHT
 from daemons.lib.question import DENSE_MAX_WINDOWS, DENSE_QUERIES, KEYWORD_MAX_TERMS, RERANK_QUERY_CHARS, WHOLE
@@ -75,11 +80,11 @@ class Settings:
     debounce_ms: int = 300
     reconcile_interval_s: float = 300.0
     # chunking and windows (index-shaping)
-    chunk_max_chars: int = 1000
-    chunk_min_chars: int = 100
-    chunk_context_chars: int = 100
-    window_chars: int = 600
-    window_overlap: int = 80
+    chunk_max_chars: int = CHUNK_DEFAULTS.max_chars
+    chunk_min_chars: int = CHUNK_DEFAULTS.min_chars
+    chunk_context_chars: int = CHUNK_DEFAULTS.context_chars
+    window_chars: int = WINDOW_CHARS
+    window_overlap: int = WINDOW_OVERLAP
     embedder_model: str = "minilm-l6-v2"
     # embedder
     embed_batch: int = 16
@@ -102,13 +107,13 @@ class Settings:
     # glibc malloc arenas per daemon process (runtime.limit_malloc_arenas; 0: glibc's default, 8 per core)
     malloc_arenas: int = 2
     # searching
-    vector_k: int = 20
-    keyword_k: int = 20
-    focus_k: int = 6
+    vector_k: int = VECTOR_K
+    keyword_k: int = KEYWORD_K
+    focus_k: int = FOCUS_K
     focus_files: int = 8
     rrf_k: int = RRF_K
     # BM25 chunk hits pooled for the file-ranked keyword list (0: no such list; search.py)
-    file_keyword_pool: int = 100
+    file_keyword_pool: int = FILE_KEYWORD_POOL
     # file-ranked keyword lists fused: "both", "chunks" (pooled chunk hits) or "files" (whole-file BM25; search.py)
     file_list: str = BOTH
     # the files the question names (paths, dotted modules) fused as one more list (mentions.py)
@@ -140,11 +145,11 @@ class Settings:
     config_weight: float = CONFIG_WEIGHT
     # RRF multiplier for a chunk holding the question itself as a string literal (echoes.py)
     question_copy_weight: float = QUESTION_COPY_WEIGHT
-    rerank_top: int = 12
+    rerank_top: int = RERANK_TOP
     embed_timeout_ms: int = 1500
     # reranking
-    rerank_threshold: float = 0.08
-    near_misses: int = 3
+    rerank_threshold: float = RERANK_THRESHOLD
+    near_misses: int = NEAR_MISS_COUNT
     # the final order blends fused rank and cross-encoder rank (fusion.rerank_order)
     rerank_fusion_k: int = RERANK_FUSION_K
     rerank_fusion_weight: float = RERANK_FUSION_WEIGHT
@@ -159,11 +164,11 @@ class Settings:
     # is left is skipped and named (deadline.py); 0: no deadline (SPEC: wait up to the timeouts)
     question_deadline_ms: int = 2000
     # context assembly
-    widen_max_chars: int = 3000
-    imports_max_chars: int = 1200
-    block_max_chars: int = 4000
-    snippet_count: int = 6
-    budget_chars: int = 12000
+    widen_max_chars: int = WIDEN_MAX_CHARS
+    imports_max_chars: int = IMPORTS_MAX_CHARS
+    block_max_chars: int = MAX_BLOCK_CHARS
+    snippet_count: int = SNIPPET_COUNT
+    budget_chars: int = BUDGET_CHARS
     # network (tcp is opt-in; off loopback it requires CURVE keys)
     front_tcp: str = ""
     curve_secret_key_file: str = ""
@@ -198,7 +203,10 @@ SPEC_RANKING: dict[str, Any] = {
     **{f"list_weight_{name}": 1.0 for name in LIST_WEIGHTS},
 }
 
-INDEX_SHAPING = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars", "window_chars", "window_overlap", "embedder_model")
+#: The settings that shape a file's chunks (the chunker's batches carry them, the embedder checks them).
+CHUNK_SHAPE = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars")
+#: The settings that shape the index's rows, recorded in the table: a change means a rebuild.
+INDEX_SHAPING = (*CHUNK_SHAPE, "window_chars", "window_overlap", "embedder_model")
 
 
 #: Variables of wsctx that are not settings (each read where it is used); ``WSCTX_FAULT_*`` inject

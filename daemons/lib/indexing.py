@@ -9,7 +9,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from daemons.lib.chunking import CHUNKER_VERSION
-from daemons.lib.config import Settings
+from daemons.lib.config import CHUNK_SHAPE, Settings
 from daemons.lib.keywords import keyword_text
 from daemons.lib.store import PENDING_PREFIX
 from daemons.lib.vectorcache import VectorCache
@@ -30,10 +30,6 @@ class DocumentEmbedder(Protocol):
     dim: int
 
     def embed_documents(self, texts: list[str]) -> np.ndarray: ...
-
-
-#: The settings that shape a batch's chunks: the chunker sends them, the embedder checks them.
-CHUNK_SHAPE = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars")
 
 
 def chunk_shape(settings: Settings) -> dict[str, int]:

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from daemons.lib.fusion import (
-    BOTH, CHUNKS, RRF_K, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, MENTIONED,
-    VECTOR, file_keyword_list, fold_windows, weighted_fuse,
+    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_K, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, KEYWORD_K,
+    MENTIONED, RERANK_TOP, RRF_K, VECTOR, VECTOR_K, file_keyword_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
 from daemons.lib import echoes
@@ -58,6 +58,54 @@ class SearchResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SearchParams:
+    """Everything ``hybrid_search`` needs besides the index and the question's two queries. The
+    defaults are the module constants of ``fusion`` (the settings' defaults come from the same
+    constants); ``question_params`` makes the product's from a ``Settings`` and a ``QueryPlan``,
+    and ``dataclasses.replace`` one variant of it (the benchmarks' "without the file lists" ...).
+
+    ``file_pool`` 0 leaves the file lists out (the four lists of SPEC §2 alone); ``file_list``
+    picks them (``fusion.FILE_LISTS``); ``mentioned`` is the question's path-like tokens
+    (``mentions.mentions``); ``role_weights`` the multiplier of each file role
+    (``roles.role_weights``); ``list_weights`` each list's vote by name (``fusion.rrf``; a list not
+    named counts 1.0); a chunk that quotes the question (``echoes.quotes_question`` with
+    ``copy_key``) has its weight multiplied by ``copy_weight``.
+    """
+
+    vector_k: int = VECTOR_K
+    keyword_k: int = KEYWORD_K
+    focus_k: int = FOCUS_K
+    top_n: int = RERANK_TOP
+    rrf_k: int = RRF_K
+    file_pool: int = FILE_KEYWORD_POOL
+    file_list: str = BOTH
+    mentioned: Sequence[str] = ()
+    role_weights: Mapping[str, float] | None = None
+    list_weights: Mapping[str, float] | None = None
+    copy_key: str = ""
+    copy_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.file_list not in FILE_LISTS:
+            raise ValueError(f"file_list is {self.file_list!r}, not one of {', '.join(FILE_LISTS)}")
+
+
+def question_params(s: Settings, qplan: QueryPlan, **sizes: int | None) -> SearchParams:
+    """The product's parameters for one question's plan under settings ``s`` (the daemons' own, or
+    with the question's overrides): its named files, role weights, list weights and copy key. The
+    list sizes (``vector_k``, ``keyword_k``, ``focus_k``, ``top_n``) are the settings' unless given
+    and not None (a request may set its own)."""
+    params = SearchParams(
+        vector_k=s.vector_k, keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top, rrf_k=s.rrf_k,
+        file_pool=s.file_keyword_pool, file_list=s.file_list, mentioned=tuple(qplan.mentions) if s.path_mentions else (),
+        role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight),
+        list_weights=s.list_weights(), copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
+    )
+    given = {k: v for k, v in sizes.items() if v is not None}
+    return replace(params, **given) if given else params
+
+
 def _timed(fn, *args) -> tuple[list[dict[str, Any]], float]:
     t0 = time.perf_counter()
     out = fn(*args)
@@ -69,59 +117,41 @@ def hybrid_search(
     keyword_query: str,
     query_vector: np.ndarray | None,
     focus_paths: list[str] | None = None,
-    *,
-    vector_k: int = 20,
-    keyword_k: int = 20,
-    focus_k: int = 6,
-    top_n: int = 12,
-    rrf_k: int = RRF_K,
-    file_pool: int = FILE_KEYWORD_POOL,
-    role_weights: Mapping[str, float] | None = None,
-    file_list: str = BOTH,
-    mentioned: Sequence[str] = (),
-    list_weights: Mapping[str, float] | None = None,
-    copy_key: str = "",
-    copy_weight: float = 1.0,
+    params: SearchParams = SearchParams(),
 ) -> SearchResult:
-    """Run the searches concurrently and return the fused top ``top_n`` chunk rows.
+    """Run the searches concurrently and return the fused top ``params.top_n`` chunk rows.
 
-    Each returned row carries ``fused_score`` (RRF times its role weight), ``ranks`` (1-based,
-    per list) and ``weight`` (the role weight applied, 1.0 for source or without weights).
-    ``file_pool`` 0 leaves the file lists out (the four lists of SPEC §2 alone). ``mentioned``
-    is the question's path-like tokens (``mentions.mentions``): the files they name form the
-    ``mentioned`` list, each at its representative chunk. A 2-D ``query_vector`` searches with each
-    row and keeps each chunk at its nearest (``question.MAX``). ``list_weights`` is each list's vote in
-    the fusion by list name (``fusion.rrf``; a list not named counts 1.0). A chunk that quotes the
-    question (``echoes.quotes_question`` with ``copy_key``) has its weight multiplied by
-    ``copy_weight``.
+    Each returned row carries ``fused_score`` (RRF times its weight), ``ranks`` (1-based, per list)
+    and ``weight`` (the role weight, times the copy weight for a chunk that quotes the question;
+    1.0 for source without either). A 2-D ``query_vector`` searches with each row and keeps each
+    chunk at its nearest (``question.MAX``).
     """
-    if file_list not in FILE_LISTS:
-        raise ValueError(f"file_list is {file_list!r}, not one of {', '.join(FILE_LISTS)}")
-    jobs = _submit(store, keyword_query, query_vector, focus_paths, vector_k, keyword_k, focus_k, file_pool, file_list)
+    p = params
+    jobs = _submit(store, keyword_query, query_vector, focus_paths, p)
     timings: dict[str, float] = {}
     named: list[str] = []
-    if mentioned:
+    if p.mentioned:
         t0 = time.perf_counter()
-        named = path_index(store.paths()).named_files(mentioned)
+        named = path_index(store.paths()).named_files(list(p.mentioned))
         timings[MENTIONED] = round((time.perf_counter() - t0) * 1000, 2)
     results: dict[str, list[dict[str, Any]] | None] = {}
     for name, fut in jobs.items():
         results[name], ms = fut.result()
         timings[name] = round(ms, 2)
-    lists, rows_by_chunk = _ranked_lists(store, results, named, role_weights, vector_k, keyword_k, focus_k, file_pool, file_list)
+    lists, rows_by_chunk = _ranked_lists(store, results, named, p)
 
     def weight(cid: str) -> float:
         row = rows_by_chunk[cid]
-        w = weight_of(row["path"], role_weights)
-        if copy_weight != 1.0 and echoes.quotes_question(str(row.get("text") or ""), copy_key):
-            w *= copy_weight
+        w = weight_of(row["path"], p.role_weights)
+        if p.copy_weight != 1.0 and echoes.quotes_question(str(row.get("text") or ""), p.copy_key):
+            w *= p.copy_weight
         return w
 
     t0 = time.perf_counter()
-    weighted = weighted_fuse(lists, weight, rrf_k, list_weights)
+    weighted = weighted_fuse(lists, weight, p.rrf_k, p.list_weights)
     timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
     candidates = []
-    for f, w, score in weighted[:top_n]:
+    for f, w, score in weighted[:p.top_n]:
         row = dict(rows_by_chunk[f.id])
         row["fused_score"] = score
         row["ranks"] = dict(f.ranks)
@@ -131,10 +161,10 @@ def hybrid_search(
 
 
 def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | None], named: list[str],
-                  role_weights: Mapping[str, float] | None, vector_k: int, keyword_k: int, focus_k: int, file_pool: int,
-                  file_list: str) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+                  p: SearchParams) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
     """The searches' rows as ranked lists of chunk ids (the file-ranked lists built from them), and
     each listed chunk's row."""
+    vector_k, keyword_k, focus_k, file_pool, file_list = p.vector_k, p.keyword_k, p.focus_k, p.file_pool, p.file_list
     rows_by_chunk: dict[str, dict[str, Any]] = {}
     lists: dict[str, list[str]] = {}
     pool = (results.get(KEYWORD) or [])[:file_pool]
@@ -143,7 +173,7 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
     file_lists: dict[str, list[dict[str, Any]]] = {}
     if file_rows is not None:
         # weighed by role before the cut, so tests and docs that repeat the question's words do not fill the list
-        file_rows = sorted(file_rows, key=lambda r: -float(r.get("_score") or 0.0) * weight_of(r["path"], role_weights))
+        file_rows = sorted(file_rows, key=lambda r: -float(r.get("_score") or 0.0) * weight_of(r["path"], p.role_weights))
         file_lists[FILE_BM25] = representatives(file_rows[:keyword_k], pool, vector_rows)
     if file_pool > 0 and KEYWORD in results and file_list != FILES:
         file_lists[FILE_KEYWORD] = file_keyword_list(pool, limit=keyword_k)
@@ -167,8 +197,9 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
 
 
 def _submit(store: IndexStore, keyword_query: str, query_vector: np.ndarray | None, focus_paths: list[str] | None,
-            vector_k: int, keyword_k: int, focus_k: int, file_pool: int, file_list: str) -> dict[str, Any]:
+            p: SearchParams) -> dict[str, Any]:
     """Start ``hybrid_search``'s searches on the pool: ``{list name: future of (rows, ms)}``."""
+    vector_k, keyword_k, focus_k, file_pool, file_list = p.vector_k, p.keyword_k, p.focus_k, p.file_pool, p.file_list
     jobs: dict[str, Any] = {}
     if query_vector is not None and vector_k > 0:
         jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, vector_k)
@@ -237,18 +268,6 @@ def to_candidates(rows: list[dict[str, Any]]) -> list[Candidate]:
 
 
 def settings_search(store: IndexStore, qplan: QueryPlan, query_vector: np.ndarray | None, focus_paths: list[str] | None,
-                    s: Settings, *, vector_k: int | None = None, keyword_k: int | None = None, focus_k: int | None = None,
-                    top_n: int | None = None) -> SearchResult:
-    """``hybrid_search`` for one question's plan under settings ``s`` (the daemons' own, or with
-    the question's overrides): its keyword query, named files, role weights and list weights; the
-    list sizes default to the settings' and a request may set its own."""
-    return hybrid_search(
-        store, qplan.keyword_query, query_vector, focus_paths,
-        vector_k=s.vector_k if vector_k is None else vector_k, keyword_k=s.keyword_k if keyword_k is None else keyword_k,
-        focus_k=s.focus_k if focus_k is None else focus_k, top_n=s.rerank_top if top_n is None else top_n,
-        rrf_k=s.rrf_k, file_pool=s.file_keyword_pool, file_list=s.file_list,
-        mentioned=qplan.mentions if s.path_mentions else (),
-        role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight),
-        list_weights=s.list_weights(),
-        copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
-    )
+                    s: Settings, **sizes: int | None) -> SearchResult:
+    """``hybrid_search`` of one question's plan with ``question_params(s, qplan, **sizes)``."""
+    return hybrid_search(store, qplan.keyword_query, query_vector, focus_paths, question_params(s, qplan, **sizes))

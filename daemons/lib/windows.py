@@ -24,7 +24,12 @@ __all__ = ["embed_text", "window_texts", "windows"]
 BOUNDARY_FRACTION = 0.2
 
 
-def window_texts(text: str, size: int = 600, overlap: int = 80) -> list[str]:
+#: Characters per embedded window and the overlap between neighbours (SPEC §1 "Windows").
+WINDOW_CHARS = 600
+WINDOW_OVERLAP = 80
+
+
+def window_texts(text: str, size: int = WINDOW_CHARS, overlap: int = WINDOW_OVERLAP) -> list[str]:
     """Cut ``text`` into overlapping windows of at most ``size`` characters (see module doc).
 
     Raises ``ValueError`` when ``size < 1`` or ``overlap`` is not in ``[0, size)``.
@@ -61,7 +66,7 @@ def embed_text(window: str, path: str, prefix: str = "") -> str:
     return f"{prefix}{path}\n{window}"
 
 
-def windows(chunk_text: str, path: str, size: int = 600, overlap: int = 80,
+def windows(chunk_text: str, path: str, size: int = WINDOW_CHARS, overlap: int = WINDOW_OVERLAP,
             prefix: str = "") -> list[str]:
     """Every window of ``chunk_text`` with the path (and optional prefix) in front."""
     return [embed_text(w, path, prefix) for w in window_texts(chunk_text, size, overlap)]
