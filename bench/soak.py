@@ -8,7 +8,9 @@ rounds of --round seconds until --minutes have passed:
 * --clients client threads ask questions back to back while files are rewritten (``run_load``:
   an error reply, or no answer within 90 s, is an error; degraded answers are counted apart);
 * after each round a new generated workspace (40 modules) is added, and every third round the
-  oldest added one is removed again, so indexes are built and dropped under load;
+  oldest added one is removed again, so indexes are built and dropped under load (``--kept N``:
+  the oldest is removed whenever more than N are added, so their number stays level and memory
+  that grows with time can be told from memory that grows with workspaces);
 * the resident memory of every daemon and reranker worker is read from /proc.
 
 At the end every workspace still registered must match its files on disk. Prints one row per
@@ -17,6 +19,7 @@ the end; writes bench/results/soak.json.
 
     python -m bench.soak                      # 30 minutes, 20 clients
     python -m bench.soak --minutes 3 --round 60
+    python -m bench.soak --minutes 20 --kept 2   # a level number of workspaces
 """
 from __future__ import annotations
 
@@ -66,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round", type=float, default=120.0, help="seconds of load between workspace changes")
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--edits", type=int, default=20, help="files rewritten per round")
+    ap.add_argument("--kept", type=int, default=0,
+                    help="keep at most this many added workspaces, removing the oldest after each round (0: remove the "
+                         "oldest every third round, so their number grows)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
 
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     latencies_p95: list[float] = []
     added: list[tuple[str, Path]] = []
     result: dict[str, Any] = {"workspace": str(args.workspace or "generated (200 modules)"), "minutes": args.minutes,
-                              "clients": args.clients, "round_s": args.round}
+                              "clients": args.clients, "round_s": args.round, "kept": args.kept}
     try:
         sup.wait_all(180)
         wid = sup.add_workspace(root)
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             make_workspace(extra, n=40)
             added.append((sup.add_workspace(extra), extra))
             removed = ""
-            if n % 3 == 0 and len(added) > 1:
+            if (args.kept and len(added) > args.kept) or (not args.kept and n % 3 == 0 and len(added) > 1):
                 old_id, old_root = added.pop(0)
                 cli.main(["--runtime-dir", sup.settings.runtime_dir, "--data-dir", sup.settings.data_dir, "remove", old_id])
                 shutil.rmtree(old_root, ignore_errors=True)
