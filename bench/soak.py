@@ -57,6 +57,19 @@ def memory_mb(runtime_dir: str) -> dict[str, float]:
     return dict(sorted(out.items()))
 
 
+def lance_cache_mb(settings: Any) -> dict[str, float]:
+    """MB held by LanceDB's caches in each daemon that opens tables (their status's ``lance_cache``)."""
+    from daemons.cli.common import daemon_status
+
+    out: dict[str, float] = {}
+    for name in ("embedder", "searcher"):
+        st = daemon_status(settings, name, timeout_ms=2000) or {}
+        cache = (st.get("details") or {}).get("lance_cache") or {}
+        if "bytes" in cache:
+            out[name] = round(cache["bytes"] / 2**20, 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from daemons import cli
     from tests.support import short_tmpdir, table_mismatches
@@ -110,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
             row = {"round": n, "minute": round((time.monotonic() - started) / 60, 1), **{k: r[k] for k in (
                 "answered", "throughput_qps", "p50_ms", "p95_ms", "p99_ms", "errors", "degraded", "files_edited")},
                 "error_samples": r["error_samples"][:3], "degraded_kinds": r["degraded_kinds"], "workspaces": 1 + len(added), "removed": removed,
-                "memory_mb": memory_mb(sup.settings.runtime_dir)}
+                "memory_mb": memory_mb(sup.settings.runtime_dir), "lance_cache_mb": lance_cache_mb(sup.settings)}
             rounds.append(row)
             latencies_p95.append(r["p95_ms"])
             print(f"round {n} at {row['minute']} min: {row['answered']} answered, p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms, "
-                  f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors, {row['degraded']} degraded; memory {row['memory_mb']}", flush=True)
+                  f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors, {row['degraded']} degraded; memory {row['memory_mb']}; LanceDB caches {row['lance_cache_mb']}", flush=True)
         for _, extra in added:
             sup.wait_indexed(extra, 600)
         sup.wait_indexed(root, 600)
