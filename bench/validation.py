@@ -85,8 +85,17 @@ def validation_cases(limit: int = PER_REPO, cache: Path = DEFAULT_CACHE, mined: 
     """At most *limit* change -> code cases per validation repository (see the module docstring);
     with *long_only*, only the long ones (``question.Analysis.is_long``: a message with code, a
     traceback, an error line or more than 60 words), the regime of an issue report."""
+    return manifest_cases(validation_repos(), limit, mined, long_only)
+
+
+def manifest_cases(entries: list[dict], limit: int, mined: Path = MINED, long_only: bool = False,
+                   set_name: str = "validation") -> list[dict]:
+    """At most *limit* change -> code cases for each manifest entry of *entries*, asked against
+    its pinned tree: the mined commit messages whose modified source files all still exist there,
+    chosen by a hash of commit and question. ``validation_cases`` is this over the held-out split;
+    ``training.corpus.product_lists`` runs it over the training split."""
     cases: list[dict] = []
-    for entry in validation_repos():
+    for entry in entries:
         repo, commit = entry["repo"], entry["commit"]
         path = mined / (repo.replace("/", "+") + ".jsonl.gz")
         if not path.is_file() or not git_dir(repo).is_dir():
@@ -107,7 +116,7 @@ def validation_cases(limit: int = PER_REPO, cache: Path = DEFAULT_CACHE, mined: 
                 chosen.append((key, {
                     "id": f"{repo.replace('/', '__')}@{row['commit'][:12]}", "repo": repo, "commit": commit,
                     "query": row["query"], "gold_files": gold, "source": "commit-message",
-                    "set": "validation-long" if long_only else "validation",
+                    "set": f"{set_name}-long" if long_only else set_name,
                     "language": entry["language"], "asked_at": row["parent"],
                 }))
         chosen.sort(key=lambda kv: kv[0])

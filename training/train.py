@@ -16,7 +16,11 @@ repositories) for the figures.
 * **cross-encoder**: the reranker's architecture (mean pooling, one linear head), listwise
   softmax over one positive and its hard negatives plus BCE on every pair; each pair assembled
   by ``models.cross_encoder.pair_ids``, the function the reranker worker uses (the 512/64 rule),
-  capped at ``--max-len`` tokens for speed.
+  capped at ``--max-len`` tokens for speed. With ``--lists DIR`` it trains instead on the
+  product-shaped candidate lists of ``training.corpus.product_lists``: each step's groups are
+  some of the product's fused candidates for a training question, with every candidate from a
+  file the commit modified a positive (softmax over the group, against the log-sum of its
+  positives), the question being the plan's ``rerank_query`` as the reranker receives it.
 
 ``--device auto`` picks CUDA when present (bf16 autocast there), else the CPU. A checkpoint
 (weights, optimiser, schedule, step, random state) is written to ``DIR/checkpoint.pt`` every
@@ -31,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import sys
 import time
@@ -255,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-len", type=int, default=320, help="cross-encoder pair length cap (the product reads 512)")
     ap.add_argument("--negatives", type=int, default=4, help="cross-encoder: hard negatives per group")
     ap.add_argument("--kinds", default="change,doc", help="query kinds trained on")
+    ap.add_argument("--lists", type=Path, default=None,
+                    help="cross-encoder: train on training.corpus.product_lists' candidate lists in this folder")
+    ap.add_argument("--list-size", type=int, default=8, help="--lists: candidates per group (at most 2 positives)")
+    ap.add_argument("--val-lists", type=Path, default=None,
+                    help="cross-encoder: also measure on the validation split's lists (product_lists --split validation): "
+                         "file MRR of the cross-encoder's order of the product's candidates")
     ap.add_argument("--val-limit", type=int, default=350)
     ap.add_argument("--ckpt-every", type=int, default=50)
     ap.add_argument("--time-budget", type=float, default=float("inf"), help="seconds; stop and checkpoint after")
@@ -272,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     meta, passages, queries = read_pack(args.pack)
     kinds = set(args.kinds.split(","))
     train = [q for q in queries if q["split"] == "train" and q["kind"] in kinds and q["pos"] and q["neg"]]
+    if args.lists is not None:
+        if args.model != "cross-encoder":
+            ap.error("--lists trains the cross-encoder only")
+        train = read_lists(args.lists)
     val = [q for q in queries if q["split"] == "validation" and q["pos"] and q["neg"]]
     print(f"pack {args.pack}: {len(passages)} passages, {len(train)} training and {len(val)} validation queries; "
           f"device {device}", flush=True)
@@ -305,9 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             m = validate_cross_encoder(model, tok, passages, val, device, args.val_limit, args.max_len)  # type: ignore[arg-type]
         m = m if "all" in m else {"all": m}
+        if val_lists:
+            m["lists"] = validate_lists(model, tok, val_lists, device, args.max_len)  # type: ignore[arg-type]
+            print(f"validation lists at step {step}: {json.dumps(m['lists']['all'])}", flush=True)
         print(f"validation at step {step}: {json.dumps(m['all'])} ({time.time() - t:.0f} s)", flush=True)
         return m
 
+    val_lists = read_lists(args.val_lists, keep_all=True) if args.val_lists is not None else []
     if "before" not in metrics:
         metrics["before"] = validate()
     model.train()
@@ -323,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             if args.model == "embedder":
                 loss = embedder_loss(model, texts, passages, batch, rng, device, args.temperature)  # type: ignore[arg-type]
+            elif args.lists is not None:
+                loss = list_loss(model, tok, batch, rng, device, args.max_len, args.list_size)  # type: ignore[arg-type]
             else:
                 loss = cross_encoder_loss(model, tok, passages, batch, rng, device, args.max_len, args.negatives)  # type: ignore[arg-type]
         opt.zero_grad()
@@ -343,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.time() - t0
     metrics["after"] = validate()
     runs = metrics.setdefault("runs", [])
-    runs.append({"steps_to": step, "queries": seen, "seconds": round(elapsed), "device": str(device),
+    runs.append({"lists": str(args.lists) if args.lists else None, "steps_to": step, "queries": seen, "seconds": round(elapsed), "device": str(device),
                  "queries_per_hour": round(seen / max(elapsed, 1e-9) * 3600), "batch": args.batch, "lr": args.lr,
                  "pack": {"passages": meta["passages"], "queries": meta["queries"]}, "torch": torch.__version__})
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
@@ -392,6 +411,86 @@ def cross_encoder_loss(model: CrossEncoder, tok, passages: list[str], batch: lis
     bce = F.binary_cross_entropy_with_logits(logits, torch.tensor(labels, device=device))
     listwise = torch.stack([F.cross_entropy(logits[s:s + n].unsqueeze(0), torch.zeros(1, dtype=torch.long, device=device))
                             for s, n in groups]).mean()
+    return listwise + bce
+
+
+def read_lists(folder: Path, keep_all: bool = False) -> list[dict]:
+    """The candidate lists of *folder* that can teach an order: at least one candidate from a
+    modified file and one from elsewhere (every list with *keep_all*, to measure with)."""
+    import gzip
+
+    out = []
+    for path in sorted(folder.glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                row = json.loads(line)
+                golds = [c for c in row["candidates"] if c["gold"]]
+                if keep_all or (golds and len(golds) < len(row["candidates"])):
+                    out.append(row)
+    return out
+
+
+def _first_gold_file(paths: list[str], gold: set[str]) -> int:
+    """1-based rank of the first gold file in *paths* taken as a file order (repeats skipped); 0: none."""
+    seen: list[str] = []
+    for p in paths:
+        if p not in seen:
+            seen.append(p)
+            if p in gold:
+                return len(seen)
+    return 0
+
+
+@torch.no_grad()
+def validate_lists(model: CrossEncoder, tok, rows: list[dict], device, max_len: int, bs: int = 32) -> dict[str, Any]:
+    """File MRR and recall@1 of each list's candidates in the cross-encoder's order, beside the
+    fused order they came in (a list whose candidates hold no gold file counts 0 for both), per
+    repository and in all; what ``bench.quality``'s "cross_encoder" column measures."""
+    model.eval()
+    per: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        cands = row["candidates"]
+        gold = set(row["gold_files"])
+        scores: list[float] = []
+        for s in range(0, len(cands), bs):
+            pairs = [pair_ids(tok, row["rerank_query"], rerank_passage(c["path"], c["text"]), max_len, 64) for c in cands[s:s + bs]]
+            ids, mask, types = pad([p[0] for p in pairs], device, [p[1] for p in pairs])
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                scores += model(ids, mask, types).float().tolist()
+        by_score = [cands[i]["path"] for i in sorted(range(len(cands)), key=lambda i: -scores[i])]
+        ce, fused = _first_gold_file(by_score, gold), _first_gold_file([c["path"] for c in cands], gold)
+        for key in (row["repo"], "all"):
+            d = per.setdefault(key, {"ce": [], "fused": [], "ce_r1": []})
+            d["ce"].append(1 / ce if ce else 0.0)
+            d["fused"].append(1 / fused if fused else 0.0)
+            d["ce_r1"].append(1.0 if ce == 1 else 0.0)
+    model.train()
+    return {k: {"lists": len(v["ce"]), "mrr_file": round(sum(v["ce"]) / len(v["ce"]), 4),
+                "r1_file": round(sum(v["ce_r1"]) / len(v["ce"]), 4), "fused_mrr_file": round(sum(v["fused"]) / len(v["fused"]), 4)}
+            for k, v in per.items()}
+
+
+def list_loss(model: CrossEncoder, tok, batch: list[dict], rng: random.Random, device: torch.device,
+              max_len: int, size: int) -> torch.Tensor:
+    """Multi-positive listwise softmax over a sample of each list (at most 2 positives, the rest
+    negatives drawn from the same fused candidates) plus BCE on every pair."""
+    seqs, types, labels, groups = [], [], [], []
+    for row in batch:
+        pos = [c for c in row["candidates"] if c["gold"]]
+        neg = [c for c in row["candidates"] if not c["gold"]]
+        pos = rng.sample(pos, min(2, len(pos)))
+        group = pos + rng.sample(neg, min(len(neg), max(1, size - len(pos))))
+        groups.append((len(seqs), len(group), len(pos)))
+        for c in group:
+            ids, tt = pair_ids(tok, row["rerank_query"], rerank_passage(c["path"], c["text"]), max_len, 64)
+            seqs.append(ids)
+            types.append(tt)
+            labels.append(1.0 if c["gold"] else 0.0)
+    ids, mask, tt = pad(seqs, device, types)
+    logits = model(ids, mask, tt).float()
+    bce = F.binary_cross_entropy_with_logits(logits, torch.tensor(labels, device=device))
+    listwise = torch.stack([torch.logsumexp(logits[s:s + n], 0) - torch.logsumexp(logits[s:s + p], 0)
+                            for s, n, p in groups]).mean()
     return listwise + bce
 
 
