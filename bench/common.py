@@ -1,5 +1,5 @@
 """Shared by the quality and speed benchmarks: building an index with the product's own library
-path (WorkspaceFilter -> read_file -> chunk_text -> plan_rows -> embed_documents ->
+path (WorkspaceFilter -> read_file -> file_chunks -> plan_rows -> embed_documents ->
 IndexStore), an on-disk embedding cache, a whole-file BM25 floor, and file-level metrics.
 
 The embedding cache (``<cache>/embcache/<model_id>.sqlite``, key = sha1 of the exact string handed
@@ -19,15 +19,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import pyarrow as pa
 
-from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, chunk_text
+from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, file_chunks
 from daemons.lib.config import Settings
-from daemons.lib.filtering import WorkspaceFilter, content_hash, indexable_files, read_file
+from daemons.lib.filtering import content_hash, indexable_files
 from daemons.lib.bm25 import WholeFileBM25 as _WholeFileBM25
 from daemons.lib.indexing import index_meta, plan_rows
-from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics  # noqa: F401  (re-exported to the benches)
-from daemons.lib.store import IndexStore, RebuildNeeded, attach_file_keywords
+from daemons.lib.metrics import METRIC_NAMES
+from daemons.lib.store import IndexStore, RebuildNeeded
 
 # ---------------------------------------------------------------------------------- settings
 
@@ -137,8 +136,9 @@ def build_index(
     """Index ``tree`` into a fresh table at ``folder`` with the product's library path.
 
     ``write="replace_file"`` writes each file with ``IndexStore.replace_file`` (the embedder
-    daemon's call, one merge-insert per file); ``write="batch"`` appends many files per
-    ``table.add`` (same rows, fewer commits: used for the quality indexes). Then ``optimize``
+    daemon's call, one merge-insert per file); ``write="batch"`` writes many files per commit with
+    ``IndexStore.replace_files`` (the daemon's keywords-first burst: same rows, fewer commits; used
+    for the quality indexes). Then ``optimize``
     (compaction, FTS/btree fold, and the store's own vector-index rule).
     """
     st = BuildStats()
@@ -164,16 +164,16 @@ def build_index(
             r["vector"] = v
         st.seconds["embed"] += time.perf_counter() - t
         t = time.perf_counter()
+        by_file: dict[str, list[dict[str, Any]]] = {}
         pos = 0
         for path, n_rows in per_file:
-            file_rows = pending[pos : pos + n_rows]
+            by_file[path] = pending[pos : pos + n_rows]
             pos += n_rows
-            if write == "replace_file":
+        if write == "replace_file":
+            for path, file_rows in by_file.items():
                 store.replace_file(path, file_rows)
-            else:
-                attach_file_keywords(path, file_rows)  # what replace_file does for one file
-        if write != "replace_file":
-            store.table.add(pa.Table.from_pylist(pending, schema=store.table.schema))
+        else:
+            store.replace_files(by_file)
         st.seconds["write"] += time.perf_counter() - t
         pending.clear()
         pending_texts.clear()
@@ -182,10 +182,7 @@ def build_index(
     for i, (rel, data) in enumerate(files):
         t = time.perf_counter()
         text = data.decode("utf-8")
-        try:
-            chunks = chunk_text(text, rel, cs)
-        except Exception:  # the chunker daemon's fallback
-            chunks = chunk_text(text, rel + ".txt", cs)
+        chunks = file_chunks(text, rel, cs)
         rows, texts = plan_rows(rel, content_hash(data), chunks, settings)
         st.seconds["chunk"] += time.perf_counter() - t
         st.chunks += len(chunks)

@@ -12,7 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from bench.common import bench_settings, file_metrics, index_key, is_test_file, mean_metrics
+from bench.common import bench_settings, index_key, is_test_file
+from daemons.lib.metrics import file_metrics, mean_metrics
 from bench.quality import METHODS, reranked_orders
 from bench.repos import DEFAULT_CACHE
 

@@ -48,9 +48,10 @@ from datetime import date
 from pathlib import Path
 
 from bench.common import (
-    METRIC_NAMES, EmbedCache, apply_overrides, WholeFileBM25, bench_settings, file_metrics, files_in_order, index_key,
-    is_test_file, mean_metrics, open_or_build, question_queries, robustness, robustness_table, workspace_files,
+    EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_test_file, open_or_build, question_queries,
+    robustness, robustness_table, workspace_files,
 )
+from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.validation import LONG_LIMIT, SUFFIXES, validation_cases, validation_tree
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows

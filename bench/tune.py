@@ -32,10 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import (
-    METRIC_NAMES, EmbedCache, apply_overrides, bench_settings, file_metrics, files_in_order, index_key, mean_metrics, open_or_build,
-    question_queries,
-)
+from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries
+from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.quality import select_cases
 from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE

@@ -170,15 +170,12 @@ class EmbedQueryReply(Body, kw_only=True):
 
 
 class SearchRequest(Body, kw_only=True):
-    """Run the four searches for one question and return the fused top candidates."""
+    """Run the four searches for one question and return the fused top candidates. Every ranking
+    parameter (list sizes, fusion, weights) is the searcher's setting, or this question's override."""
 
     workspace: str
     question: str
     focus_paths: list[str] = []
-    vector_k: int = 20
-    keyword_k: int = 20
-    focus_k: int = 6
-    top_n: int = 12
     embed_timeout_ms: int = 1500
     # the question's own ranking settings (AskSettings.overrides), over the searcher's own
     overrides: dict[str, str | int | float | bool] = {}
@@ -194,7 +191,12 @@ class Candidate(Body, kw_only=True):
     fused_score: float
     # 1-based rank in each fused list: vector, keyword, file_keyword, file_bm25, mentioned, focus_vector, focus_keyword
     ranks: dict[str, int] = {}
+    # the fusion multiplier: role_weight, times the copy weight when quotes_question
     weight: float = 1.0
+    # the file role's multiplier (roles.py): 1.0 for source, or a question that asks for the role
+    role_weight: float = 1.0
+    # the chunk holds the question as a one-line string literal (echoes.py)
+    quotes_question: bool = False
 
 
 class SearchReply(Body, kw_only=True):

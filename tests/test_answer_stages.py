@@ -25,9 +25,10 @@ SOURCE = (
 
 
 def cand(path: str, start: int = 1, end: int = 2, text: str = "x = 1", weight: float = 1.0, fused: float = 0.1,
-         ranks: dict[str, int] | None = None) -> Candidate:
+         ranks: dict[str, int] | None = None, role_weight: float | None = None, quotes_question: bool = False) -> Candidate:
     return Candidate(chunk_id=f"{path}|h|{start}", path=path, start_line=start, end_line=end, text=text, fused_score=fused,
-                     ranks=ranks or {"keyword": 1}, weight=weight)
+                     ranks=ranks or {"keyword": 1}, weight=weight, role_weight=weight if role_weight is None else role_weight,
+                     quotes_question=quotes_question)
 
 
 def test_without_probabilities_every_candidate_is_kept_in_fused_order_at_its_fused_score() -> None:
@@ -74,9 +75,10 @@ def test_notes_name_question_copies_apart_from_the_role_weights() -> None:
     """A test chunk quoting the question is counted as a copy, and the roles' note shows the test weight alone."""
     s = Settings()
     q = "where is the retry logic?"
-    copy = cand("tests/test_cli.py", text=f'ask("{q}")', weight=s.test_weight * s.question_copy_weight)
+    copy = cand("tests/test_cli.py", text=f'ask("{q}")', weight=s.test_weight * s.question_copy_weight,
+                role_weight=s.test_weight, quotes_question=True)
     plain = cand("tests/test_net.py", weight=s.test_weight)
-    notes = pipeline.notes(q, [copy, plain, cand("net.py")], s, focus=[], changes=[], roles_missing=[], follow_up=False,
+    notes = pipeline.notes([copy, plain, cand("net.py")], s, focus=[], changes=[], roles_missing=[], follow_up=False,
                            previous_files=[], answered_files=["net.py"])
     assert notes[0] == f"weighted tests ×{s.test_weight:g}"
     assert notes[1] == f"1 candidate quotes the question ×{s.question_copy_weight:g}"

@@ -326,3 +326,24 @@ def test_fuzz_never_raises_and_covers(text: str, path: str, max_chars: int, min_
         assert chunks == []
     else:
         assert_covers(text, chunks, cs)
+
+
+def test_file_chunks_fall_back_to_plain_text_when_the_grammar_path_fails(monkeypatch) -> None:
+    """A grammar bug is reported through on_error and the file is still chunked as plain text; a blank file is one chunk."""
+    from daemons.lib import chunking
+
+    real = chunking.chunk_text
+    calls: list[str] = []
+
+    def broken_for_python(text: str, path: str, settings=chunking.DEFAULT_SETTINGS):
+        if path.endswith(".py"):
+            raise RuntimeError("grammar bug")  # the fault under test
+        return real(text, path, settings)
+
+    monkeypatch.setattr(chunking, "chunk_text", broken_for_python)
+    source = "def f():\n    return 1\n"
+    chunks = chunking.file_chunks(source, "pkg/mod.py", on_error=lambda: calls.append("failed"))
+    assert calls == ["failed"] and chunks and "return 1" in chunks[0].text
+    monkeypatch.setattr(chunking, "chunk_text", real)
+    blank = chunking.file_chunks("   \n\n", "empty.py")
+    assert [(c.start_line, c.end_line, c.language) for c in blank] == [(1, 2, "python")]

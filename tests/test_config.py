@@ -1,6 +1,7 @@
 """Settings errors name the setting and where it came from: the TOML file and line, or the environment variable."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,20 @@ def test_a_bare_environment_finds_the_runtime_folder_a_login_shell_uses(tmp_path
     bare = config._default_runtime_dir()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / str(os.getuid())))
     assert bare == config._default_runtime_dir() == str(tmp_path / str(os.getuid()) / "wsctx")
+
+
+def test_every_setting_lives_in_exactly_one_section_and_sections_read_as_toml_tables(tmp_path: Path) -> None:
+    """Settings is its sections' fields and nothing else, the index shape is one section, and a key under its section's table is read."""
+    from daemons.lib.config import INDEX_SHAPING, SECTIONS, IndexShape, Settings
+
+    homes: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            assert f.name not in homes, f"{f.name} is in both [{homes[f.name]}] and [{section}]"
+            homes[f.name] = section
+    assert list(homes) == [f.name for f in dataclasses.fields(Settings)]
+    assert INDEX_SHAPING == tuple(f.name for f in dataclasses.fields(IndexShape))
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[search]\nrerank_top = 9\n[reranking]\nrerank_threshold = 0.2\n[index_shape]\nchunk_max_chars = 900\n")
+    s = load_settings(str(cfg), env={})
+    assert (s.rerank_top, s.rerank_threshold, s.chunk_max_chars) == (9, 0.2, 900)

@@ -57,3 +57,6 @@ def test_the_search_weighs_a_chunk_quoting_the_question_below_the_code_that_answ
     weighed = hybrid_search(s, "retry logic", vec, params=SearchParams(copy_key=copy_key(Q), copy_weight=0.25))
     assert [c["path"] for c in weighed.candidates[:2]] == ["src/net.py", "bench/questions.py"]
     assert weighed.candidates[1]["weight"] == pytest.approx(0.25) and weighed.candidates[0]["weight"] == 1.0
+    # the copy is marked, with its role weight apart, so the context line need not find it again
+    assert weighed.candidates[1]["quotes_question"] and weighed.candidates[1]["role_weight"] == 1.0
+    assert not weighed.candidates[0]["quotes_question"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from daemons.lib.filtering import WorkspaceFilter, classify_file, data_file_reason
 

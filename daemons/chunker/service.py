@@ -15,7 +15,7 @@ from pathlib import Path
 import zmq
 
 from daemons.lib import runtime
-from daemons.lib.chunking import CHUNKER_VERSION, Chunk, ChunkSettings, chunk_text, language_for_path
+from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, file_chunks, language_for_path
 from daemons.lib.config import Settings
 from daemons.lib.filtering import content_hash, read_file
 from daemons.lib.indexing import chunk_shape
@@ -70,17 +70,12 @@ class Chunker(runtime.Service):
             return
         text = data.decode("utf-8")
         t0 = time.perf_counter()
-        try:
-            chunks = chunk_text(text, rel, self.chunk_settings)
-        except Exception:  # a grammar bug must not stop the pipeline: fall back to plain splitting
+
+        def failed() -> None:
             self.log.exception("chunking_failed", path=rel)
             self.stats.incr("chunking.failed")
-            chunks = chunk_text(text, rel + ".txt", self.chunk_settings)
-        if not chunks:
-            # The watcher only sends files with content; one whole-file chunk keeps the table's
-            # hash in step with the disk so the file does not stay "pending" for ever.
-            lines = text.count("\n") + (0 if text.endswith("\n") else 1)
-            chunks = [Chunk(index=0, text=text[: self.s.chunk_max_chars], start_line=1, end_line=max(1, lines), language=language_for_path(rel))]
+
+        chunks = file_chunks(text, rel, self.chunk_settings, failed)
         chunk_ms = (time.perf_counter() - t0) * 1000
         batch = ChunkBatch(
             workspace=body.workspace, root=body.root, path=rel, content_hash=content_hash(data),

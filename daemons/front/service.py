@@ -213,8 +213,7 @@ class Front(runtime.Service):
         try:
             sr = self._client("searcher", self.s.endpoint("searcher")).request(
                 SearchRequest(
-                    workspace=q.wid, question=q.searched, focus_paths=q.focus, vector_k=s.vector_k,
-                    keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top,
+                    workspace=q.wid, question=q.searched, focus_paths=q.focus,
                     embed_timeout_ms=q.budget.embed_timeout_ms(self.s.embed_timeout_ms), overrides=q.req.settings.overrides,
                 ),
                 timeout_ms=self.s.embed_timeout_ms + 5000,
@@ -294,7 +293,7 @@ class Front(runtime.Service):
         own = [b for b in blocks if b.kind == assembly.CODE and not b.team]
         kept_labels = [(assembly.label(b), b.score if reranked else None) for b in own]
         near_labels = [(assembly.span_label(c.path, c.start_line, c.end_line), p) for c, p in ordered.near]
-        line_notes = pipeline.notes(q.searched, candidates, q.s, focus=q.focus, changes=[changes.get(b.path, "") for b in own],
+        line_notes = pipeline.notes(candidates, q.s, focus=q.focus, changes=[changes.get(b.path, "") for b in own],
                                roles_missing=roles_missing, follow_up=q.follow_up, previous_files=q.previous_files,
                                answered_files=[b.path for b in own])
         line = assembly.context_line(q.searched, len(candidates) if reranked else 0, kept_labels, near_labels, q.degraded, notes=line_notes)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 # the languages and parsers live in languages.py; chunking's callers import them from here too
@@ -469,3 +470,23 @@ def chunk_text(text: str, path: str, settings: ChunkSettings = DEFAULT_SETTINGS)
             return _make_chunks(doc, out, language, settings)
         except Exception:
             return []
+
+
+def file_chunks(text: str, path: str, settings: ChunkSettings = DEFAULT_SETTINGS,
+                on_error: Callable[[], None] | None = None) -> list[Chunk]:
+    """A file's chunks as the index holds them: ``chunk_text``; when the grammar path raises,
+    *on_error* is called (from inside the ``except``, so it may log the exception) and the file
+    is split as plain text; and a file with content but no chunk is one whole-file chunk, so the
+    table's hash stays in step with the disk and the file never stays "pending"."""
+    try:
+        chunks = chunk_text(text, path, settings)
+    except Exception:  # a grammar bug must not stop the pipeline: fall back to plain splitting
+        if on_error is not None:
+            on_error()
+        chunks = chunk_text(text, path + ".txt", settings)
+    if not chunks and text:
+        lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+        chunks = [Chunk(index=0, text=text[: max(1, int(settings.max_chars))], start_line=1, end_line=max(1, lines),
+                        language=language_for_path(path))]
+    return chunks
+

@@ -1,7 +1,7 @@
 """Settings: SPEC defaults, overridden by a TOML file, overridden by ``WSCTX_*`` environment variables.
 
 The TOML file is ``$WSCTX_CONFIG`` or ``~/.config/wsctx/config.toml``; its keys are the field names
-below (flat, or under any table: ``[search] rerank_threshold = 0.1`` works). An environment
+of the sections below (``SECTIONS``), flat or under any table (``[reranking] rerank_threshold = 0.1``). An environment
 variable is the field name upper-cased with the ``WSCTX_`` prefix (``WSCTX_RERANK_THRESHOLD``);
 lists are comma-separated. Fields in ``INDEX_SHAPING`` change how rows are built: changing one
 means a rebuild, which the embedder detects and reports instead of mixing rows.
@@ -68,25 +68,47 @@ INDEX_CACHE_MB = 64
 METADATA_CACHE_MB = 16
 
 
+# Settings come in sections, one dataclass each, and ``Settings`` is all of them: every field is
+# read as ``settings.name`` and set flat in the TOML file or under any table (``[search]`` reads
+# best), and each section is the one home of its fields' defaults (module constants where a
+# ``lib`` module owns the number). ``SECTIONS`` names them in order.
+
+
 @dataclass
-class Settings:
-    # where things live
+class Places:
+    """Where things live."""
+
     runtime_dir: str = field(default_factory=_default_runtime_dir)
     data_dir: str = field(default_factory=_default_data_dir)
-    # what gets indexed
+
+
+@dataclass
+class Indexing:
+    """What gets indexed, and when."""
+
     max_file_bytes: int = 1_000_000
     include_globs: list[str] = field(default_factory=list)
     exclude_globs: list[str] = field(default_factory=list)
     debounce_ms: int = 300
     reconcile_interval_s: float = 300.0
-    # chunking and windows (index-shaping)
+
+
+@dataclass
+class IndexShape:
+    """How a file's rows are built (``INDEX_SHAPING``): a change means a rebuild."""
+
     chunk_max_chars: int = CHUNK_DEFAULTS.max_chars
     chunk_min_chars: int = CHUNK_DEFAULTS.min_chars
     chunk_context_chars: int = CHUNK_DEFAULTS.context_chars
     window_chars: int = WINDOW_CHARS
     window_overlap: int = WINDOW_OVERLAP
     embedder_model: str = "minilm-l6-v2"
-    # embedder
+
+
+@dataclass
+class Embedding:
+    """The embedder's indexing work."""
+
     embed_batch: int = 16
     embed_threads: int = 0  # 0: onnxruntime's default (all cores)
     # the nice value indexing runs at (chunker, the embedder's indexing threads), so that questions
@@ -100,13 +122,25 @@ class Settings:
     # false: every row is written with its vector (SPEC)
     keywords_first: bool = True
     optimize_every: int = 50  # table writes between compactions / FTS folds
+
+
+@dataclass
+class Runtime:
+    """Each daemon process's memory and liveness."""
+
     # LanceDB's caches per process, in MB (store.py; 0: LanceDB's own 6 GiB and 1 GiB, which a
     # long-running daemon fills with the pages of table versions nothing reads again)
     lance_index_cache_mb: int = INDEX_CACHE_MB
     lance_metadata_cache_mb: int = METADATA_CACHE_MB
     # glibc malloc arenas per daemon process (runtime.limit_malloc_arenas; 0: glibc's default, 8 per core)
     malloc_arenas: int = 2
-    # searching
+    heartbeat_s: float = 1.0
+
+
+@dataclass
+class Search:
+    """How candidates are found and fused: the searcher's, and a question may override most."""
+
     vector_k: int = VECTOR_K
     keyword_k: int = KEYWORD_K
     focus_k: int = FOCUS_K
@@ -147,7 +181,12 @@ class Settings:
     question_copy_weight: float = QUESTION_COPY_WEIGHT
     rerank_top: int = RERANK_TOP
     embed_timeout_ms: int = 1500
-    # reranking
+
+
+@dataclass
+class Reranking:
+    """The cross-encoder, its pool, the final order and a question's time budget."""
+
     rerank_threshold: float = RERANK_THRESHOLD
     near_misses: int = NEAR_MISS_COUNT
     # the final order blends fused rank and cross-encoder rank (fusion.rerank_order)
@@ -157,25 +196,47 @@ class Settings:
     reranker_idle_s: float = 300.0
     reranker_timeout_ms: int = 8000
     reranker_dir: str = ""
-    heartbeat_s: float = 1.0
     # (question, chunk) scores the broker remembers, so a repeated question costs no rerank (0: none)
     rerank_cache_pairs: int = 50_000
     # a question's time budget in ms from the front's receipt: a stage that cannot finish in what
     # is left is skipped and named (deadline.py); 0: no deadline (SPEC: wait up to the timeouts)
     question_deadline_ms: int = 2000
-    # context assembly
+
+
+@dataclass
+class Assembly:
+    """How the answer's blocks are widened, merged and cut to the budget."""
+
     widen_max_chars: int = WIDEN_MAX_CHARS
     imports_max_chars: int = IMPORTS_MAX_CHARS
     block_max_chars: int = MAX_BLOCK_CHARS
     snippet_count: int = SNIPPET_COUNT
     budget_chars: int = BUDGET_CHARS
-    # network (tcp is opt-in; off loopback it requires CURVE keys)
+
+
+@dataclass
+class Network:
+    """TCP and team fronts (tcp is opt-in; off loopback it requires CURVE keys)."""
+
     front_tcp: str = ""
     curve_secret_key_file: str = ""
     curve_authorized_keys_dir: str = ""
     team_fronts: list[str] = field(default_factory=list)
     team_server_key_file: str = ""
     team_timeout_ms: int = 3000
+
+
+#: The sections in the order ``Settings`` lists their fields, by the TOML table name that reads best.
+SECTIONS: dict[str, type] = {
+    "places": Places, "indexing": Indexing, "index_shape": IndexShape, "embedding": Embedding, "runtime": Runtime,
+    "search": Search, "reranking": Reranking, "assembly": Assembly, "network": Network,
+}
+
+
+# dataclass fields come from the bases in reverse order, so the last section is named first
+@dataclass
+class Settings(Network, Assembly, Reranking, Search, Runtime, Embedding, IndexShape, Indexing, Places):
+    """Every setting of every section, read flat (``settings.rerank_top``)."""
 
     # ------------------------------------------------------------------ derived
 
@@ -206,7 +267,7 @@ SPEC_RANKING: dict[str, Any] = {
 #: The settings that shape a file's chunks (the chunker's batches carry them, the embedder checks them).
 CHUNK_SHAPE = ("chunk_max_chars", "chunk_min_chars", "chunk_context_chars")
 #: The settings that shape the index's rows, recorded in the table: a change means a rebuild.
-INDEX_SHAPING = (*CHUNK_SHAPE, "window_chars", "window_overlap", "embedder_model")
+INDEX_SHAPING = tuple(f.name for f in dataclasses.fields(IndexShape))
 
 
 #: Variables of wsctx that are not settings (each read where it is used); ``WSCTX_FAULT_*`` inject

@@ -29,7 +29,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from daemons.lib import assembly, echoes
+from daemons.lib import assembly
 from daemons.lib import notes as notes_
 from daemons.lib.assembly import Block, Hit
 from daemons.lib.fusion import MENTIONED, rerank_order
@@ -98,19 +98,15 @@ def assemble(hits: list[Hit], team_hits: list[Hit], texts: Mapping[str, str], la
     return assembly.budget(blocks, snippets, budget_chars)
 
 
-def notes(question: str, candidates: Sequence[Candidate], s: Any, *, focus: Sequence[str], changes: Iterable[str],
+def notes(candidates: Sequence[Candidate], s: Any, *, focus: Sequence[str], changes: Iterable[str],
           roles_missing: Sequence[str], follow_up: bool, previous_files: Sequence[str], answered_files: Sequence[str]) -> list[str]:
     """The context line's notes: role weights, question copies, named files, focus files, changed
     files (*changes*: each code block's ``notes.file_change``), kinds of file missing from the
     index, and a follow-up that found nothing new; empty ones are left for the line to skip."""
-    key = echoes.copy_key(question) if s.question_copy_weight < 1.0 else ""
-    copies = {id(c) for c in candidates if echoes.quotes_question(c.text, key)}
-    # a copy's weight holds the copy weight too; the roles' note wants its role weight alone
-    weighted = notes_.weights_note((c.path, c.weight / s.question_copy_weight if id(c) in copies else c.weight)
-                                     for c in candidates if id(c) not in copies or s.question_copy_weight > 0)
+    weighted = notes_.weights_note((c.path, c.role_weight) for c in candidates)
     return [
         f"weighted {weighted}" if weighted else "",
-        notes_.copies_note(len(copies), s.question_copy_weight),
+        notes_.copies_note(sum(c.quotes_question for c in candidates), s.question_copy_weight),
         notes_.named_note((c.path, c.ranks) for c in candidates),
         notes_.focus_note(focus, ((c.path, c.ranks) for c in candidates)),
         notes_.changed_note(changes),

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -91,19 +91,16 @@ class SearchParams:
             raise ValueError(f"file_list is {self.file_list!r}, not one of {', '.join(FILE_LISTS)}")
 
 
-def question_params(s: Settings, qplan: QueryPlan, **sizes: int | None) -> SearchParams:
+def question_params(s: Settings, qplan: QueryPlan) -> SearchParams:
     """The product's parameters for one question's plan under settings ``s`` (the daemons' own, or
-    with the question's overrides): its named files, role weights, list weights and copy key. The
-    list sizes (``vector_k``, ``keyword_k``, ``focus_k``, ``top_n``) are the settings' unless given
-    and not None (a request may set its own)."""
-    params = SearchParams(
+    with the question's overrides): list sizes, fusion, its named files, role weights, list weights
+    and copy key."""
+    return SearchParams(
         vector_k=s.vector_k, keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top, rrf_k=s.rrf_k,
         file_pool=s.file_keyword_pool, file_list=s.file_list, mentioned=tuple(qplan.mentions) if s.path_mentions else (),
         role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight),
         list_weights=s.list_weights(), copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
     )
-    given = {k: v for k, v in sizes.items() if v is not None}
-    return replace(params, **given) if given else params
 
 
 def _timed(fn, *args) -> tuple[list[dict[str, Any]], float]:
@@ -121,10 +118,11 @@ def hybrid_search(
 ) -> SearchResult:
     """Run the searches concurrently and return the fused top ``params.top_n`` chunk rows.
 
-    Each returned row carries ``fused_score`` (RRF times its weight), ``ranks`` (1-based, per list)
-    and ``weight`` (the role weight, times the copy weight for a chunk that quotes the question;
-    1.0 for source without either). A 2-D ``query_vector`` searches with each row and keeps each
-    chunk at its nearest (``question.MAX``).
+    Each returned row carries ``fused_score`` (RRF times its weight), ``ranks`` (1-based, per list),
+    ``role_weight`` (its file role's multiplier), ``quotes_question`` and ``weight`` (the role
+    weight, times the copy weight for a chunk that quotes the question; 1.0 for source without
+    either). A 2-D ``query_vector`` searches with each row and keeps each chunk at its nearest
+    (``question.MAX``).
     """
     p = params
     jobs = _submit(store, keyword_query, query_vector, focus_paths, p)
@@ -140,10 +138,14 @@ def hybrid_search(
         timings[name] = round(ms, 2)
     lists, rows_by_chunk = _ranked_lists(store, results, named, p)
 
+    role: dict[str, float] = {}
+    copies: set[str] = set()
+
     def weight(cid: str) -> float:
         row = rows_by_chunk[cid]
-        w = weight_of(row["path"], p.role_weights)
+        w = role[cid] = weight_of(row["path"], p.role_weights)
         if p.copy_weight != 1.0 and echoes.quotes_question(str(row.get("text") or ""), p.copy_key):
+            copies.add(cid)
             w *= p.copy_weight
         return w
 
@@ -156,6 +158,8 @@ def hybrid_search(
         row["fused_score"] = score
         row["ranks"] = dict(f.ranks)
         row["weight"] = w
+        row["role_weight"] = role.get(f.id, w)
+        row["quotes_question"] = f.id in copies
         candidates.append(row)
     return SearchResult(candidates, lists, timings)
 
@@ -261,13 +265,14 @@ def to_candidates(rows: list[dict[str, Any]]) -> list[Candidate]:
         Candidate(
             chunk_id=r["chunk_id"], path=r["path"], start_line=int(r["start_line"]), end_line=int(r["end_line"]),
             text=r["text"], language=r.get("language"), fused_score=float(r["fused_score"]), ranks=r["ranks"],
-            weight=float(r.get("weight", 1.0)),
+            weight=float(r.get("weight", 1.0)), role_weight=float(r.get("role_weight", r.get("weight", 1.0))),
+            quotes_question=bool(r.get("quotes_question", False)),
         )
         for r in rows
     ]
 
 
 def settings_search(store: IndexStore, qplan: QueryPlan, query_vector: np.ndarray | None, focus_paths: list[str] | None,
-                    s: Settings, **sizes: int | None) -> SearchResult:
-    """``hybrid_search`` of one question's plan with ``question_params(s, qplan, **sizes)``."""
-    return hybrid_search(store, qplan.keyword_query, query_vector, focus_paths, question_params(s, qplan, **sizes))
+                    s: Settings) -> SearchResult:
+    """``hybrid_search`` of one question's plan with ``question_params(s, qplan)``."""
+    return hybrid_search(store, qplan.keyword_query, query_vector, focus_paths, question_params(s, qplan))

@@ -31,14 +31,11 @@ for the workers (Paranoid Pirate queue, ZeroMQ guide ch. 4; internal frames docu
 """
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from collections import deque
 from typing import Any
 
-import msgspec
 import zmq
 
 from daemons.lib import runtime
@@ -47,18 +44,16 @@ from daemons.lib.deadline import BUSY_PREFIX, ScoringRate
 from daemons.lib.scorecache import ScoreCache, pair_key
 from daemons.reranker import frames as F
 from daemons.reranker.jobs import Part, Request, WorkerState, split_by_chars
+from daemons.reranker.pool import WorkerPool
 from protocol import envelope
 from protocol.envelope import DecodeError, Header, VersionError
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.schema import ErrorReply, RerankReply, RerankRequest
 
-FAIL_BACKOFF_S = 10.0
-STARTUP_TIMEOUT_S = 60.0
-MAX_ATTEMPTS = 3
 DRAIN_S = 3.0
 
 
-class Broker(runtime.Service):
+class Broker(WorkerPool, runtime.Service):
     name = "reranker"
 
     def __init__(self, settings: Settings) -> None:
@@ -83,177 +78,6 @@ class Broker(runtime.Service):
         self.frontend = runtime.make_socket(self.ctx, zmq.ROUTER)
         self.backend = runtime.make_socket(self.ctx, zmq.ROUTER)
         self.backend.setsockopt(zmq.ROUTER_MANDATORY, 1)
-
-    # ------------------------------------------------------------------ workers
-
-    def live(self) -> int:
-        return len(self.workers)
-
-    def spawn(self) -> None:
-        self.seq += 1
-        ident = f"w{self.seq}".encode()
-        env = dict(os.environ)
-        env.update(
-            WSCTX_RERANKER_BACKEND=self.s.endpoint("reranker.workers"),
-            WSCTX_RERANKER_WORKER_ID=ident.decode(),
-            WSCTX_RUNTIME_DIR=self.s.runtime_dir,
-            WSCTX_HEARTBEAT_S=str(self.s.heartbeat_s),
-            WSCTX_RERANKER_IDLE_S=str(self.s.reranker_idle_s),
-        )
-        if self.s.reranker_dir:
-            env["WSCTX_RERANKER_DIR"] = self.s.reranker_dir
-        proc = subprocess.Popen([sys.executable, "-m", "daemons.reranker.worker"], env=env, stdin=subprocess.DEVNULL, close_fds=True)
-        now = time.monotonic()
-        self.workers[ident] = WorkerState(ident=ident, seq=self.seq, proc=proc, started=now, pid=proc.pid, expiry=now + STARTUP_TIMEOUT_S)
-        self.procs[ident] = proc
-        self.stats.incr("workers.spawned")
-        self.log.info("worker_spawned", worker=ident.decode(), worker_pid=proc.pid)
-
-    def ensure_workers(self) -> None:
-        if self.stop.is_set() or time.monotonic() < self.fail_until:
-            return
-        if not (self.waiting or self.pending or any(w.job for w in self.workers.values())):
-            return
-        while self.live() < self.pool_size:
-            self.spawn()
-
-    def send_worker(self, ident: bytes, *frames: bytes) -> bool:
-        try:
-            self.backend.send_multipart([ident, F.MAGIC, *frames], zmq.NOBLOCK)
-            return True
-        except zmq.ZMQError as exc:  # unroutable (gone) or full: treat as gone
-            self.log.warning("worker_send_failed", worker=ident.decode(), error=str(exc))
-            w = self.workers.get(ident)
-            if w is not None:
-                self.drop(w, "unreachable", kill=True)
-            return False
-
-    def drop(self, w: WorkerState, reason: str, kill: bool = False) -> None:
-        """Forget a worker; give its in-flight part back to the queue."""
-        self.workers.pop(w.ident, None)
-        if w.ident in self.idle:
-            self.idle.remove(w.ident)
-        part, w.job = w.job, None
-        if part is not None and not part.done and part.req.msg_id in self.active:
-            part.worker = None
-            part.attempt += 1
-            if part.attempt >= MAX_ATTEMPTS:
-                self.finish_error(part.req, ErrorCode.INTERNAL, f"a part of this request was lost with {part.attempt} workers")
-            else:
-                self.pending.appendleft(part)
-                self.stats.incr("parts.redispatched")
-        if kill and w.proc.poll() is None:
-            w.proc.kill()
-        self.stats.incr(f"workers.dropped.{reason}")
-        self.log.info("worker_dropped", worker=w.ident.decode(), worker_pid=w.pid, reason=reason, redispatched=part is not None)
-
-    def startup_failed(self, reason: str) -> None:
-        self.model_error = reason
-        self.fail_until = time.monotonic() + FAIL_BACKOFF_S
-        self.stats.incr("model.failures")
-        self.log.error("model_unavailable", error=reason)
-        if not self.workers:  # nobody left who could do the work
-            for req in list(self.active.values()):
-                self.finish_error(req, ErrorCode.UNAVAILABLE, f"cross-encoder unavailable: {reason}")
-
-    def on_worker(self, msg: list[bytes]) -> None:
-        if len(msg) < 3 or msg[1] != F.MAGIC:
-            self.log.warning("bad_worker_frame", frames=len(msg))
-            return
-        ident, cmd, rest = msg[0], msg[2], msg[3:]
-        w = self.workers.get(ident)
-        if w is None:
-            if cmd not in (F.BYE, F.FAIL):  # a worker we dropped: tell it to go
-                try:
-                    self.backend.send_multipart([ident, F.MAGIC, F.STOP], zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    pass
-            return
-        # decode before anything changes: a malformed or forged frame (worker ids are predictable)
-        # is logged and dropped like any other socket's garbage, and never refreshes liveness
-        try:
-            info = F.unpack(rest[0]) if cmd in (F.READY, F.FAIL, F.BYE) and rest else {}
-            body = F.unpack(rest[1]) if cmd in (F.RESULT, F.ERROR) and len(rest) >= 2 else {}
-            pid = int(info.get("pid", w.pid))
-            scores = [float(x) for x in body.get("scores") or []] if cmd == F.RESULT else []
-            score_ms = float(body.get("ms", 0.0))
-        except (msgspec.MsgspecError, ValueError, TypeError) as exc:
-            self.log.warning("bad_worker_frame", worker=ident.decode(errors="replace"), command=cmd.decode(errors="replace")[:16], error=str(exc)[:200])
-            self.stats.incr("workers.bad_frames")
-            return
-        now = time.monotonic()
-        w.expiry = now + self.hb * F.LIVENESS if w.ready or cmd == F.READY else w.expiry
-        if cmd == F.HB:
-            return
-        if cmd == F.READY:
-            w.ready, w.pid = True, pid
-            w.model_id = self.model_id = str(info.get("model_id", ""))
-            self.model_error, self.fail_until = "", 0.0
-            self.idle.append(ident)
-            self.rate.observe_startup((now - w.started) * 1000)
-            self.log.info("worker_ready", worker=ident.decode(), worker_pid=w.pid, load_ms=info.get("load_ms"), startup_ms=round((now - w.started) * 1000, 1))
-        elif cmd == F.FAIL:
-            self.workers.pop(ident, None)
-            self.startup_failed(str(info.get("reason", "unknown reason")))
-        elif cmd == F.BYE:
-            self.drop(w, f"bye_{info.get('reason', '?')}")
-        elif cmd in (F.RESULT, F.ERROR) and len(rest) >= 2:
-            part = w.job
-            if part is None or part.job_id != rest[0]:
-                self.log.warning("stale_result", worker=ident.decode(), job=rest[0].decode(errors="replace"))
-                return
-            w.job = None
-            w.parts_done += 1
-            self.idle.append(ident)
-            part.done = True
-            req = part.req
-            positions = req.todo[part.start : part.end]
-            if cmd == F.RESULT and len(scores) == len(positions):
-                self.rate.observe(score_ms, req.part_chars(part))
-                for i, score in zip(positions, scores):  # kept even when the request was answered already
-                    self.cache.put(pair_key(w.model_id, req.query, req.passages[i]), score)
-            if req.msg_id not in self.active:
-                return  # answered already (timeout)
-            if cmd == F.ERROR:
-                self.finish_error(req, ErrorCode.INTERNAL, f"scoring failed: {body.get('message', '')}")
-                return
-            if len(scores) != len(positions):
-                self.finish_error(req, ErrorCode.INTERNAL, f"worker returned {len(scores)} scores for {len(positions)} passages")
-                return
-            for i, score in zip(positions, scores):
-                req.scores[i] = score
-            req.workers_used.add(ident)
-            req.score_ms = max(req.score_ms, score_ms)
-            req.model_id = w.model_id
-            if all(p.done for p in req.parts):
-                self.finish_ok(req)
-
-    def reap(self) -> None:
-        for ident, proc in list(self.procs.items()):
-            rc = proc.poll()
-            if rc is None:
-                continue
-            del self.procs[ident]
-            w = self.workers.get(ident)
-            if w is None:
-                continue
-            if not w.ready:
-                self.workers.pop(ident, None)
-                self.startup_failed(f"worker exited with code {rc} before it was ready")
-            else:
-                self.drop(w, f"exited_{rc}")
-
-    def check_liveness(self, now: float) -> None:
-        for w in list(self.workers.values()):
-            if now > w.expiry:
-                self.drop(w, "no_heartbeat" if w.ready else "startup_timeout", kill=True)
-                if not w.ready:
-                    self.startup_failed(f"worker not ready after {STARTUP_TIMEOUT_S:.0f} s")
-        if now >= self.next_hb:
-            for w in list(self.workers.values()):
-                if w.ready:
-                    self.send_worker(w.ident, F.HB)
-            self.next_hb = now + self.hb
 
     # ------------------------------------------------------------------ requests
 

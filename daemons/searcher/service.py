@@ -197,8 +197,7 @@ class Searcher(runtime.Service):
         return combine_vectors(np.stack(vectors), qplan.dense), model_id, ""
 
     def _run(self, store: IndexStore, vector: np.ndarray | None, req: Any, qplan: QueryPlan, s: Settings):
-        return settings_search(store, qplan, vector, req.focus_paths, s, vector_k=req.vector_k, keyword_k=req.keyword_k,
-                               focus_k=req.focus_k, top_n=req.top_n)
+        return settings_search(store, qplan, vector, req.focus_paths, s)
 
     def run(self) -> None:
         runtime.prepare_runtime_dir(self.s.runtime_dir)
