@@ -169,6 +169,20 @@ class EmbedQueryReply(Body, kw_only=True):
     dim: int
 
 
+class VectorsFirstRequest(Body, kw_only=True):
+    """Embed these files before the other files that wait for their vectors: the searcher asks it
+    for a question's focus files whose rows were written keywords first."""
+
+    workspace: str
+    paths: list[str]
+
+
+class VectorsFirstReply(Body, kw_only=True):
+    status: Literal["ok"] = "ok"
+    # how many of the paths were waiting for their vectors (those go first)
+    waiting: int
+
+
 class SearchRequest(Body, kw_only=True):
     """Run the four searches for one question and return the fused top candidates. Every ranking
     parameter (list sizes, fusion, weights) is the searcher's setting, or this question's override."""
@@ -318,6 +332,8 @@ MESSAGE_TYPES: dict[str, type[Body]] = {
     "chunks.batch": ChunkBatch,
     "embed_query_request": EmbedQueryRequest,
     "embed_query_reply": EmbedQueryReply,
+    "vectors_first_request": VectorsFirstRequest,
+    "vectors_first_reply": VectorsFirstReply,
     "search_request": SearchRequest,
     "search_reply": SearchReply,
     "rerank_request": RerankRequest,

@@ -511,3 +511,42 @@ def test_a_large_workspace_is_searchable_by_keywords_before_its_vectors_are_buil
     assert not any(is_pending(h) for h in final.catalog().values()) and final.vectors_pending() == 0
     assert d.counter("embedder", "files.keywords_first") >= 10
     assert {h["path"] for h in final.vector_search(probe / np.linalg.norm(probe), 20)} > {h["path"] for h in hits}
+
+
+@pytest.mark.timeout(240)
+def test_a_questions_focus_file_gets_its_vectors_before_the_files_queued_ahead_of_it(daemons, env, workspace):
+    """While a workspace's vectors are still being built, a question with a focus file whose rows wait for their vectors moves it to the front of the embedder's queue."""
+    from daemons.lib import runtime
+    from daemons.lib.indexing import is_pending
+    from protocol.schema import SearchRequest
+
+    env["WSCTX_MAX_FILE_BYTES"] = str(MAX_BYTES)
+    d: Daemons = daemons(["watcher", "chunker", "embedder", "searcher"], env)
+    wid = register(d.data_dir, workspace)
+    (workspace / "first.py").write_text(py_module(100))
+    d.start(WSCTX_FAULT_EMBED_DELAY_MS="400")  # a slow machine: every file costs 0.4 s more
+    wait_synced(d, workspace)
+    (workspace / "batch").mkdir()
+    now = time.time()
+    for i in range(40):  # 12 windows a file: a group of 128 windows holds about ten files
+        path = workspace / "batch" / f"mod_{i:02d}.py"
+        path.write_text("\n\n".join(py_module(i * 100 + k) for k in range(10)))
+        os.utime(path, (now - 1000 + i, now - 1000 + i))  # mod_00 oldest: the watcher sends it last
+    store = wait_until(lambda: (s := open_table(d.data_dir, workspace)) is not None and len(s.catalog()) == 41 and s, 90,
+                       message=lambda: d.log_tail())
+    waiting = sorted(p for p, h in store.catalog().items() if is_pending(h))
+    assert len(waiting) >= 25 and "batch/mod_00.py" in waiting, waiting
+    target = "batch/mod_00.py"
+    client = runtime.Client(d.endpoint("searcher"), sender="test")
+    try:
+        reply = client.request(SearchRequest(workspace=wid, question="handle request payload total", focus_paths=[target]),
+                               timeout_ms=20000).body
+    finally:
+        client.close()
+    assert reply.index["focus_vectors_first"] == 1
+    left_behind = wait_until(
+        lambda: (c := open_table(d.data_dir, workspace).catalog()) and not is_pending(c[target])
+        and [p for p, h in c.items() if is_pending(h)], 90, message=lambda: d.log_tail())
+    assert len(left_behind) >= 10, left_behind  # it jumped the files queued ahead of it
+    assert d.counter("embedder", "files.vectors_first") == 1
+    wait_synced(d, workspace)

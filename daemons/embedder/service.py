@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from daemons.embedder.vectors import FAULT_EMBED_DELAY_MS, VectorWork
 from models.embedding import ModelUnavailable, load_embedder
 from protocol import envelope
 from protocol.errors import BadMessage, ProtocolError, Unavailable, UnknownWorkspace
-from protocol.schema import ChunkBatch, EmbedQueryReply, FileDeleted, RebuildReply, WorkspaceRemoveReply
+from protocol.schema import ChunkBatch, EmbedQueryReply, FileDeleted, RebuildReply, VectorsFirstReply, WorkspaceRemoveReply
 
 #: Fault injection for tests: every query embedding sleeps this long first.
 FAULT_QUERY_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_QUERY_DELAY_MS", "0"))
@@ -64,6 +64,8 @@ class Embedder(VectorWork, runtime.Service):
         self.vectors: VectorCache | None = None  # window vectors by content (vectorcache.py)
         #: files whose rows were written without vectors, oldest first: (workspace, path) -> batch
         self.vector_queue: OrderedDict[tuple[str, str], ChunkBatch] = OrderedDict()
+        #: (workspace, paths) whose vectors go first (vectors_first_request), for the indexing thread
+        self.first_requests: deque[tuple[str, list[str]]] = deque()
         self.model_error = ""
         self.chunker_problem = ""
         self.queue_depth = 0
@@ -321,12 +323,21 @@ class Embedder(VectorWork, runtime.Service):
         vec = np.ascontiguousarray(model.embed_query(msg.body.text), dtype=np.float32)
         return EmbedQueryReply(model_id=model.model_id, dim=int(vec.shape[0])), [vec.tobytes()]
 
+    def _vectors_first(self, msg: envelope.Message) -> VectorsFirstReply:
+        """Note which of these files wait for their vectors; the indexing thread embeds them next
+        (``VectorWork._take_first_requests``). Answered at once, whatever indexing is doing."""
+        body = msg.body
+        waiting = [p for p in body.paths if (body.workspace, p) in self.vector_queue]
+        if waiting:
+            self.first_requests.append((body.workspace, waiting))
+        return VectorsFirstReply(waiting=len(waiting))
+
     def _query_loop(self) -> None:
         sock = runtime.make_socket(self.ctx, zmq.ROUTER)
         runtime.bind(sock, self.s.endpoint("embedder.query"))
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        handlers = {"embed_query_request": self._embed_query}
+        handlers = {"embed_query_request": self._embed_query, "vectors_first_request": self._vectors_first}
         while not self.stop.is_set():
             if poller.poll(200):
                 runtime.serve_requests(sock, handlers, self.log, "embedder", self.stats)

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
 from daemons.lib.config import Settings
@@ -42,6 +42,8 @@ class VectorWork:
     vectors: VectorCache | None
     #: files whose rows were written without vectors, oldest first: (workspace, path) -> batch
     vector_queue: OrderedDict[tuple[str, str], ChunkBatch]
+    #: (workspace, paths) to embed before the rest, appended by the query thread
+    first_requests: deque[tuple[str, list[str]]]
     indexes: dict[str, WorkspaceIndex]
     write_error: str
 
@@ -57,6 +59,7 @@ class VectorWork:
         ``PENDING_GROUP_WINDOWS`` windows embedded in one call (small files batch together) and
         written in one commit per workspace."""
         started = time.perf_counter()
+        self._take_first_requests()
         group: list[tuple[WorkspaceIndex, ChunkBatch, list[dict[str, Any]], list[str]]] = []
         windows = 0
         while self.vector_queue and windows < PENDING_GROUP_WINDOWS:
@@ -100,6 +103,20 @@ class VectorWork:
                           write_ms=round((time.perf_counter() - t0) * 1000, 2), optimized=optimized)
         self.stats.incr("windows.cached", cached)
         self.stats.incr("windows.embedded", len(all_rows) - cached)
+
+    def _take_first_requests(self) -> None:
+        """Move the files of every waiting ``vectors_first_request`` to the front of the queue (the
+        latest request's files first of all)."""
+        while self.first_requests:
+            wid, paths = self.first_requests.popleft()
+            moved = 0
+            for path in reversed(paths):
+                if (wid, path) in self.vector_queue:
+                    self.vector_queue.move_to_end((wid, path), last=False)
+                    moved += 1
+            if moved:
+                self.log.info("vectors_first", workspace=wid, paths=paths[:5], moved=moved)
+                self.stats.incr("files.vectors_first", moved)
 
     def _goes_keywords_first(self, body: ChunkBatch, idx: WorkspaceIndex, backlog: bool) -> bool:
         """With more waiting, a wanted batch whose windows are not all cached is written keywords first."""

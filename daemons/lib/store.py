@@ -413,6 +413,16 @@ class IndexStore:
             cached = self._pending = (version, n)
         return cached[1]
 
+    def pending_paths(self, paths: list[str]) -> list[str]:
+        """Those of *paths* whose rows wait for their vectors (written keywords first), in the
+        order given; none without a read when no file waits."""
+        if not paths or not self.vectors_pending():
+            return []
+        tbl = (self.table.search().where(f"window = 0 AND chunk_index = 0 AND content_hash LIKE '{PENDING_LIKE}' AND ({path_filter(paths)})")
+               .select(["path"]).limit(None).to_arrow())
+        waiting = set(tbl.column("path").to_pylist())
+        return [p for p in paths if p in waiting]
+
     def vector_search(self, vector: np.ndarray, k: int, paths: list[str] | None = None) -> list[dict[str, Any]]:
         q = self.table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector").distance_type("cosine")
         if not paths:

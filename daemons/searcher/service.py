@@ -8,6 +8,7 @@ another model, the vector lists are empty, the keyword lists still run, and ``de
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -25,7 +26,7 @@ from daemons.lib.store import IndexStore, cache_usage, configure_caches
 from daemons.lib.workspaces import Registry, index_dir
 from protocol import envelope
 from protocol.errors import BadMessage, ProtocolError, UnknownWorkspace
-from protocol.schema import EmbedQueryRequest, SearchReply
+from protocol.schema import EmbedQueryRequest, SearchReply, VectorsFirstRequest
 
 DEGRADED_EMBEDDER_DOWN = "keywords only (embedder unavailable)"
 DEGRADED_EMBEDDER_SLOW = "keywords only (embedder too slow)"
@@ -34,6 +35,8 @@ DEGRADED_REBUILD = "keywords only (index built with another model: rebuild neede
 
 #: Question vectors remembered (an editor asks again, an agent repeats itself, a follow-up reuses them).
 QUERY_VECTORS_KEPT = 512
+#: How long the background thread waits for the embedder's answer to vectors_first.
+VECTORS_FIRST_TIMEOUT_MS = 2000
 
 
 class QueryEmbedder:
@@ -84,6 +87,17 @@ class QueryEmbedder:
             return None, "", DEGRADED_EMBEDDER_DOWN
         return vec, reply.body.model_id, ""
 
+    def vectors_first(self, workspace: str, paths: list[str], timeout_ms: int = VECTORS_FIRST_TIMEOUT_MS) -> int | None:
+        """Ask the embedder to embed *paths* before the other files that wait; how many of them
+        wait there, or None when it did not answer."""
+        client = getattr(self.local, "client", None)
+        if client is None:
+            client = self.local.client = runtime.Client(self.endpoint, self.ctx, sender="searcher")
+        try:
+            return int(client.request(VectorsFirstRequest(workspace=workspace, paths=paths), timeout_ms=timeout_ms).body.waiting)
+        except ProtocolError:
+            return None
+
 
 class Searcher(runtime.Service):
     name = "searcher"
@@ -95,6 +109,8 @@ class Searcher(runtime.Service):
         self.lock = threading.Lock()
         configure_caches(settings.lance_index_cache_mb, settings.lance_metadata_cache_mb)
         self.embedder = QueryEmbedder(settings.endpoint("embedder.query"), self.ctx)
+        # one thread, so a question never waits on the embedder's answer to vectors_first
+        self.first_pool = ThreadPoolExecutor(1, thread_name_prefix="vectors-first")
 
     def store_for(self, wid: str) -> IndexStore | None:
         with self.lock:
@@ -152,6 +168,7 @@ class Searcher(runtime.Service):
             if vector is not None and model_id != meta.get("model_id"):
                 vector, problem = None, DEGRADED_REBUILD
         degraded = [problem] if problem else []
+        first = self._focus_vectors_first(store, req)
         try:
             result = self._run(store, vector, req, qplan, s)
         except (OSError, ValueError, RuntimeError) as exc:
@@ -172,8 +189,26 @@ class Searcher(runtime.Service):
         return SearchReply(
             keyword_query=keyword_query, candidates=candidates, degraded=degraded, timings_ms=timings,
             index={"model_id": meta.get("model_id"), "list_sizes": {k: len(v) for k, v in result.lists.items()},
-                   "roles_missing": self.roles_missing(store, qplan)},
+                   "roles_missing": self.roles_missing(store, qplan), "focus_vectors_first": first},
         )
+
+    def _focus_vectors_first(self, store: IndexStore, req: Any) -> int:
+        """The question's focus files that still wait for their vectors, which the embedder is asked
+        (in the background) to embed before the rest: the file a user is editing gets its vectors
+        first on a workspace still being built."""
+        try:
+            waiting = store.pending_paths(list(req.focus_paths))
+        except (OSError, ValueError, RuntimeError) as exc:  # the table changed under us: the search retries
+            self.log.warning("pending_paths_failed", error=str(exc))
+            return 0
+        if waiting:
+            self.first_pool.submit(self._ask_vectors_first, req.workspace, waiting)
+        return len(waiting)
+
+    def _ask_vectors_first(self, wid: str, paths: list[str]) -> None:
+        waiting = self.embedder.vectors_first(wid, paths)
+        self.stats.incr("focus.vectors_first")
+        self.log.info("vectors_first_asked", workspace=wid, paths=paths[:5], waiting=waiting)
 
     def roles_missing(self, store: IndexStore, qplan: QueryPlan) -> list[str]:
         """The kinds of file (test, doc, config) the question asks for that the index has none of."""
@@ -210,6 +245,7 @@ class Searcher(runtime.Service):
         self.log.info("started")
         runtime.serve_threaded(self.ctx, sock, {"search_request": self.search}, self.log, "searcher", self.stats, self.stop, workers=4)
         sock.close(0)
+        self.first_pool.shutdown(wait=False, cancel_futures=True)
         control.join(timeout=2)
         self.log.info("stopped")
 

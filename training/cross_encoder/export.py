@@ -40,6 +40,15 @@ CORPUS_DATA = ("version 2 of this model, then trained further by training/train.
                "same commit; listwise + BCE loss, the reranker's 512/64 pairs capped at 320 tokens. No eval "
                "repository (rules.is_eval_repo), no shared/eval case; 7 repositories held out for validation.")
 
+#: What a checkpoint of ``training/train.py cross-encoder --lists`` was trained on.
+LISTS_DATA = ("version 2 of this model, then trained further by training/train.py --lists on the product's own "
+              "candidate lists (training/corpus/product_lists.py): for cleaned commit messages of the training "
+              "repositories of training/corpus/manifest.json, the fused top candidates that the product's search "
+              "returns in that repository's tree at its pinned commit (source, tests, docs and config alike), a "
+              "candidate from a source file the commit modified being a positive; multi-positive listwise + BCE "
+              "loss, the reranker's 512/64 pairs capped at 320 tokens. No eval repository (rules.is_eval_repo), "
+              "no shared/eval case; 7 repositories held out for validation.")
+
 
 def sha256(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
@@ -222,6 +231,8 @@ def main() -> None:
     ap.add_argument("--version", default="3", help="the manifest's version")
     ap.add_argument("--corpus", action="store_true",
                     help="the checkpoint was trained by training/train.py on the mined project histories (the manifest says so)")
+    ap.add_argument("--lists", action="store_true",
+                    help="the checkpoint was trained by training/train.py --lists on the product's candidate lists")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tok = load_tokenizer()
@@ -334,7 +345,7 @@ def main() -> None:
         "base_model": "sentence-transformers/all-MiniLM-L6-v2 (6 layers, 384 hidden, 12 heads)",
         "licence": "Apache-2.0 (base model); fine-tuned weights under the same licence",
         "architecture": "BERT encoder, mean pooling over the whole pair, Linear(384 -> 1)",
-        "training_data": CORPUS_DATA if args.corpus else (f"{sum(1 for r in data if r['split'] == 'train')} query-code pairs mined from "
+        "training_data": LISTS_DATA if args.lists else CORPUS_DATA if args.corpus else (f"{sum(1 for r in data if r['split'] == 'train')} query-code pairs mined from "
                           "13 PyPI source distributions (see training/cross_encoder/make_data.py "
                           "for the pinned versions and sha256): docstring sentences, names and "
                           "commit/issue-like phrasings as queries; the definition's code without its "
