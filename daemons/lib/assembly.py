@@ -74,24 +74,14 @@ class Hit:
 
 
 @dataclass
-class Block:
-    """A block of context: contiguous lines of one file, labelled by :func:`label`.
+class Block(Hit):
+    """A block of context: contiguous lines of one file (merged hits, or a file's imports block),
+    labelled by :func:`label`; every field of :class:`Hit`, ordered the same way.
 
     *kind* is ``"code"`` for merged hits and ``"imports"`` for a file's imports block.
     """
 
-    path: str
-    start_line: int
-    end_line: int
-    text: str
-    score: float
-    retrievers: list[str] = field(default_factory=list)
-    team: bool = False
-    team_name: str | None = None
-    language: str | None = None
     kind: str = CODE
-    weight: float = 1.0  # the file role's weight, for the order only (see Hit)
-    order: float | None = None  # the order key, when set (see Hit)
 
 
 def _order_key(b: Block) -> float:
