@@ -1,11 +1,13 @@
 """Embedding throughput on 600-character windows of real code (batch 16).
 
-Run:  python -m bench.embedder_speed [--threads N] [--repeats R] [--windows W]
+Run:  python -m bench.embedder_speed [--threads N] [--repeats R] [--windows W] [--compare DIR ...]
 
 Takes Python source from packages installed in the running interpreter (numpy, lancedb,
 onnx, ...), cuts it into 600-character windows, and times ``Embedder.embed_documents``.
 Measures the committed int8 artifact and, when it was kept by
-``python -m training.build_embedder --keep-fp32 models/.work/fp32``, the fp32 graph too.
+``python -m training.build_embedder --keep-fp32 models/.work/fp32``, the fp32 graph too; each
+``--compare DIR`` is another artifact (``training.build_embedder --fused --out DIR``). The repeats
+are interleaved across the variants, so a noisy machine weighs on each alike.
 Writes bench/results/embedder_speed.json.
 """
 
@@ -53,20 +55,24 @@ def code_windows(n: int, size: int = WINDOW) -> list[str]:
     return out
 
 
-def measure(emb, windows: list[str], repeats: int, batch: int = 16) -> dict:
-    emb.embed_documents(windows[:batch], batch_size=batch)  # warm-up
-    rates = []
+def measure(variants: list[tuple[str, object]], windows: list[str], repeats: int, batch: int = 16) -> dict[str, dict]:
+    """Windows/s of each variant, the repeats interleaved (A, B, A, B ...) so that the machine's
+    load falls on every variant alike."""
+    rates: dict[str, list[float]] = {label: [] for label, _ in variants}
+    for _, emb in variants:
+        emb.embed_documents(windows[:batch], batch_size=batch)  # warm-up
     for _ in range(repeats):
-        t = time.perf_counter()
-        emb.embed_documents(windows, batch_size=batch)
-        rates.append(len(windows) / (time.perf_counter() - t))
-    return {
+        for label, emb in variants:
+            t = time.perf_counter()
+            emb.embed_documents(windows, batch_size=batch)
+            rates[label].append(len(windows) / (time.perf_counter() - t))
+    return {label: {
         "model_id": emb.model_id,
-        "windows_per_s_median": round(statistics.median(rates), 2),
-        "windows_per_s_min": round(min(rates), 2),
-        "windows_per_s_max": round(max(rates), 2),
-        "repeats": [round(r, 2) for r in rates],
-    }
+        "windows_per_s_median": round(statistics.median(rates[label]), 2),
+        "windows_per_s_min": round(min(rates[label]), 2),
+        "windows_per_s_max": round(max(rates[label]), 2),
+        "repeats": [round(r, 2) for r in rates[label]],
+    } for label, emb in variants}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--windows", type=int, default=64)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--compare", type=Path, action="append", default=[], metavar="DIR",
+                    help="another artifact folder (e.g. training.build_embedder --fused --out DIR), measured in the same run")
     args = ap.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
@@ -86,15 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     variants = [("int8", int8)]
     if FP32_PATH.exists():
         variants.append(("fp32", Embedder(int8.folder, threads=args.threads, model_file=FP32_PATH, variant="fp32")))
+    for folder in args.compare:
+        variants.append((folder.name, Embedder(folder, threads=args.threads)))
 
-    results = {}
-    embs = {}
-    for label, emb in variants:
-        results[label] = measure(emb, windows, args.repeats)
-        embs[label] = emb.embed_documents(windows)
+    results: dict[str, dict] = measure(variants, windows, args.repeats)
+    embs = {label: emb.embed_documents(windows) for label, emb in variants}
     if "fp32" in embs:
         cos = (embs["int8"] * embs["fp32"]).sum(1)
         results["int8_vs_fp32_cosine"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
+    for folder in args.compare:
+        for ref in ("int8", "fp32"):
+            if ref in embs:
+                cos = (embs[folder.name] * embs[ref]).sum(1)
+                results[f"{folder.name}_vs_{ref}_cosine"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
 
     report = {
         "benchmark": "embedder_speed",
@@ -115,14 +127,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{len(windows)} windows x {WINDOW} chars, ~{report['tokens_per_window_mean']} tokens, batch 16, "
           f"{int8.threads} threads, load avg {report['load_average_1m']}")
-    print(f"{'variant':8s} {'median/s':>9s} {'min/s':>8s} {'max/s':>8s}  model_id")
+    print(f"{'variant':16s} {'median/s':>9s} {'min/s':>8s} {'max/s':>8s}  model_id")
     for label, _ in variants:
         r = results[label]
-        print(f"{label:8s} {r['windows_per_s_median']:9.1f} {r['windows_per_s_min']:8.1f} "
+        print(f"{label:16s} {r['windows_per_s_median']:9.1f} {r['windows_per_s_min']:8.1f} "
               f"{r['windows_per_s_max']:8.1f}  {r['model_id']}")
-    if "int8_vs_fp32_cosine" in results:
-        c = results["int8_vs_fp32_cosine"]
-        print(f"int8 vs fp32 cosine: mean {c['mean']:.4f} min {c['min']:.4f}")
+    for key, c in results.items():
+        if key.endswith("_cosine"):
+            print(f"{key.removesuffix('_cosine').replace('_vs_', ' vs ')} cosine: mean {c['mean']:.4f} min {c['min']:.4f}")
     ok = results["int8"]["windows_per_s_median"] >= TARGET
     print(f"target {TARGET:.0f}/s: {'met' if ok else 'NOT met'}; wrote {args.out}")
     return 0

@@ -78,7 +78,12 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- graph
 
 
-def build_graph(w: dict[str, np.ndarray], cfg: dict):
+def build_graph(w: dict[str, np.ndarray], cfg: dict, fused: bool = False):
+    """The BERT encoder with mean pooling and L2 normalisation as an ONNX graph. *fused* writes each
+    layer with onnxruntime's contrib operators (``Attention`` with the packed Q|K|V weight and the
+    mask, ``SkipLayerNormalization`` with the residual and the bias, ``BiasGelu``: the same
+    arithmetic in fewer, larger kernels; quantised, ``Attention`` becomes ``QAttention``) instead of
+    standard ONNX operators only."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -100,20 +105,24 @@ def build_graph(w: dict[str, np.ndarray], cfg: dict):
         return outs[0]
 
     f32 = np.float32
-    # shared constants
+    # shared constants (in this order: the standard graph's bytes are the shipped artifact's)
     const("c_zero_1d", np.array([0], np.int64))
-    const("c_one_f", np.array(1.0, f32))
-    const("c_mask_neg", np.array(-10000.0, f32))
-    const("c_sqrt2", np.array(np.sqrt(2.0), f32))
-    const("c_half", np.array(0.5, f32))
+    if not fused:
+        const("c_one_f", np.array(1.0, f32))
+        const("c_mask_neg", np.array(-10000.0, f32))
+        const("c_sqrt2", np.array(np.sqrt(2.0), f32))
+        const("c_half", np.array(0.5, f32))
     const("c_eps_pool", np.array(1e-9, f32))
     const("c_eps_norm", np.array(1e-12, f32))
-    const("c_shape_heads", np.array([0, 0, NH, HD], np.int64))
-    const("c_shape_merge", np.array([0, 0, H], np.int64))
+    if not fused:
+        const("c_shape_heads", np.array([0, 0, NH, HD], np.int64))
+        const("c_shape_merge", np.array([0, 0, H], np.int64))
     const("c_axes_1", np.array([1], np.int64))
-    const("c_axes_12", np.array([1, 2], np.int64))
+    if not fused:
+        const("c_axes_12", np.array([1, 2], np.int64))
     const("c_axes_m1", np.array([-1], np.int64))
-    const("c_split_qkv", np.array([H, H, H], np.int64))
+    if not fused:
+        const("c_split_qkv", np.array([H, H, H], np.int64))
 
     # --- embeddings: word + position + token_type(0), LayerNorm
     const("word_embeddings", w["embeddings.word_embeddings.weight"].astype(f32))
@@ -129,12 +138,13 @@ def build_graph(w: dict[str, np.ndarray], cfg: dict):
     const("emb_ln_b", w["embeddings.LayerNorm.bias"].astype(f32))
     x = node("LayerNormalization", ["emb_sum", "emb_ln_g", "emb_ln_b"], ["emb_out"], "emb_ln", axis=-1, epsilon=eps)
 
-    # --- attention mask -> additive bias [B,1,1,S]
+    # --- attention mask -> additive bias [B,1,1,S] (the contrib Attention takes the mask itself)
     node("Cast", ["attention_mask"], ["mask_f"], "mask_cast", to=TensorProto.FLOAT)
-    node("Unsqueeze", ["mask_f", "c_axes_12"], ["mask_4d"], "mask_unsq")
-    node("Sub", ["c_one_f", "mask_4d"], ["mask_inv"], "mask_inv")
-    node("Mul", ["mask_inv", "c_mask_neg"], ["mask_bias"], "mask_bias")
-    const("c_scale", np.array(1.0 / np.sqrt(HD), f32))
+    if not fused:
+        node("Unsqueeze", ["mask_f", "c_axes_12"], ["mask_4d"], "mask_unsq")
+        node("Sub", ["c_one_f", "mask_4d"], ["mask_inv"], "mask_inv")
+        node("Mul", ["mask_inv", "c_mask_neg"], ["mask_bias"], "mask_bias")
+        const("c_scale", np.array(1.0 / np.sqrt(HD), f32))
 
     def linear(inp: str, prefix: str, tag: str) -> str:
         # torch Linear weight is [out, in]; ONNX MatMul wants [in, out]
@@ -148,9 +158,14 @@ def build_graph(w: dict[str, np.ndarray], cfg: dict):
         b = const(f"{tag}_b", w[prefix + ".bias"].astype(f32))
         return node("LayerNormalization", [inp, g, b], [f"{tag}_out"], tag, axis=-1, epsilon=eps)
 
+    if fused:
+        node("Cast", ["attention_mask"], ["mask_i32"], "mask_i32", to=TensorProto.INT32)
     for i in range(L):
         p = f"encoder.layer.{i}"
         t = f"l{i}"
+        if fused:
+            x = fused_layer(w, p, t, x, NH, eps, const, node)
+            continue
         # fused Q|K|V projection: one [H, 3H] MatMul, then Split
         sa = f"{p}.attention.self"
         wqkv = np.concatenate([w[f"{sa}.{n}.weight"] for n in ("query", "key", "value")], 0).T
@@ -207,13 +222,44 @@ def build_graph(w: dict[str, np.ndarray], cfg: dict):
     graph = helper.make_graph(nodes, "minilm_l6_v2_sentence_embedding", inputs, outputs, inits)
     model = helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
+        opset_imports=[helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(CONTRIB, 1)] if fused else []),
         producer_name="wsctx.training.build_embedder",
         producer_version="1",
     )
     model.ir_version = 8
-    onnx.checker.check_model(model)
+    if not fused:  # the checker does not know the contrib operators
+        onnx.checker.check_model(model)
     return model
+
+
+#: onnxruntime's domain of contrib operators.
+CONTRIB = "com.microsoft"
+
+
+def fused_layer(w: dict[str, np.ndarray], p: str, t: str, x: str, heads: int, eps: float, const, node) -> str:
+    """One encoder layer in onnxruntime's contrib operators (see ``build_graph``); returns its output."""
+    f32 = np.float32
+    sa = f"{p}.attention.self"
+    const(f"{t}_qkv_W", np.concatenate([w[f"{sa}.{n}.weight"] for n in ("query", "key", "value")], 0).T.astype(f32))
+    const(f"{t}_qkv_b", np.concatenate([w[f"{sa}.{n}.bias"] for n in ("query", "key", "value")], 0).astype(f32))
+    ctx = node("Attention", [x, f"{t}_qkv_W", f"{t}_qkv_b", "mask_i32"], [f"{t}_ctx"], f"{t}_attention",
+               domain=CONTRIB, num_heads=heads)
+
+    def weights(prefix: str, tag: str) -> tuple[str, str]:
+        return (const(f"{tag}_W", np.ascontiguousarray(w[prefix + ".weight"].T.astype(f32))),
+                const(f"{tag}_b", w[prefix + ".bias"].astype(f32)))
+
+    def skip_norm(inp: str, skip: str, bias: str, prefix: str, tag: str) -> str:
+        g, b = const(f"{tag}_g", w[prefix + ".weight"].astype(f32)), const(f"{tag}_b", w[prefix + ".bias"].astype(f32))
+        return node("SkipLayerNormalization", [inp, skip, g, b, bias], [f"{tag}_out"], tag, domain=CONTRIB, epsilon=eps)
+
+    ao_w, ao_b = weights(f"{p}.attention.output.dense", f"{t}_ao")
+    x1 = skip_norm(node("MatMul", [ctx, ao_w], [f"{t}_ao_mm"], f"{t}_ao_matmul"), x, ao_b, f"{p}.attention.output.LayerNorm", f"{t}_ln1")
+    ff1_w, ff1_b = weights(f"{p}.intermediate.dense", f"{t}_ff1")
+    h = node("BiasGelu", [node("MatMul", [x1, ff1_w], [f"{t}_ff1_mm"], f"{t}_ff1_matmul"), ff1_b], [f"{t}_gelu"], f"{t}_gelu",
+             domain=CONTRIB)
+    ff2_w, ff2_b = weights(f"{p}.output.dense", f"{t}_ff2")
+    return skip_norm(node("MatMul", [h, ff2_w], [f"{t}_ff2_mm"], f"{t}_ff2_matmul"), x1, ff2_b, f"{p}.output.LayerNorm", f"{t}_ln2")
 
 
 # ----------------------------------------------------------------------------- numpy reference
@@ -389,10 +435,11 @@ def to_matmul_nbits(src: Path, dst: Path, block: int = 32, accuracy_level: int =
     onnx.save_model(m, str(dst))
 
 
-def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: bool = False) -> None:
+def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: bool = False, fused: bool = False) -> None:
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    ops = ["MatMul", "Gather"]
+    ops = ["MatMul", "Gather", "Attention"] if fused else ["MatMul", "Gather"]
     if weight_only:
         nbits = int8_path.with_suffix(".nbits.onnx")
         to_matmul_nbits(fp32_path, nbits)
@@ -404,12 +451,12 @@ def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: b
         per_channel=per_channel,
         reduce_range=False,
         weight_type=QuantType.QInt8,
-        extra_options={"MatMulConstBOnly": True},
+        extra_options={"MatMulConstBOnly": True, **({"DefaultTensorType": TensorProto.FLOAT} if fused else {})},
     )
 
 
 def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: bool = True,
-          weight_only: bool = False, log=print, weights: Path | None = None, name: str = NAME) -> dict:
+          weight_only: bool = False, log=print, weights: Path | None = None, name: str = NAME, fused: bool = False) -> dict:
     """Export, check and quantise; ``weights`` is a fine-tuned model's folder (``model.safetensors``,
     ``config.json``, ``tokenizer.json``: what ``training.train embedder`` writes) instead of the
     base package's."""
@@ -435,10 +482,10 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
         tmp = Path(tmp)
         fp32_path = tmp / "model.fp32.onnx"
         int8_path = tmp / "model.int8.onnx"
-        model = build_graph(w, cfg)
+        model = build_graph(w, cfg, fused=fused)
         onnx.save_model(model, str(fp32_path))
-        log(f"fp32 graph: {fp32_path.stat().st_size / 1e6:.1f} MB")
-        quantize(fp32_path, int8_path, per_channel, weight_only)
+        log(f"fp32 graph: {fp32_path.stat().st_size / 1e6:.1f} MB ({'contrib operators' if fused else 'standard operators'})")
+        quantize(fp32_path, int8_path, per_channel, weight_only, fused)
         log(f"int8 graph: {int8_path.stat().st_size / 1e6:.1f} MB (per_channel={per_channel}, weight_only={weight_only})")
         log("checks:")
         report = check_model(fp32_path, int8_path, src / "tokenizer.json", w, cfg, log=log)
@@ -473,7 +520,8 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
             "tool": "onnxruntime.quantization.quantize_dynamic",
             "onnxruntime": metadata.version("onnxruntime"),
             "onnx": metadata.version("onnx"),
-            "op_types": ["MatMul", "Gather"],
+            "op_types": ["MatMul", "Gather", "Attention"] if fused else ["MatMul", "Gather"],
+            "graph": "onnxruntime contrib operators (Attention, SkipLayerNormalization, BiasGelu)" if fused else "standard ONNX operators",
             "weight_type": "QInt8",
             "per_channel": per_channel,
             "matmul": "MatMulNBits 8-bit weight-only, block 32" if weight_only
@@ -503,9 +551,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", type=Path, default=None, metavar="DIR",
                     help="a fine-tuned model folder (training.train embedder's DIR/model) instead of the base package")
     ap.add_argument("--name", default=NAME, help="the artifact's name in its manifest (a fine-tuned model's own)")
+    ap.add_argument("--fused", action="store_true",
+                    help="write each layer with onnxruntime's contrib operators (faster on CPU; another model id, so indexes re-embed)")
     args = ap.parse_args(argv)
     build(args.out, args.keep_fp32, per_channel=not args.per_tensor, weight_only=args.weight_only, weights=args.weights,
-          name=args.name)
+          name=args.name, fused=args.fused)
     return 0
 
 
