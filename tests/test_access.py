@@ -14,7 +14,7 @@ import zmq
 
 from daemons.lib.security import make_keys
 from protocol.schema import AskRequest
-from tests.support import Daemons, daemon_env, register, short_tmpdir, table_mismatches, wait_until
+from tests.support import daemon_env, register, table_mismatches, wait_until
 from tests.test_faults import ask_once
 
 ALL = ("watcher", "chunker", "embedder", "searcher", "reranker", "front")

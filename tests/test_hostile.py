@@ -20,7 +20,7 @@ import zmq
 
 from daemons.lib import runtime
 from protocol import envelope
-from protocol.schema import AskRequest, ChunkBatch, ChunkRecord, ErrorReply, FileChanged, FileDeleted, StatusRequest
+from protocol.schema import AskRequest, ChunkBatch, ChunkRecord, ErrorReply, FileChanged, FileDeleted
 from tests.support import Daemons, daemon_env, open_table, register, short_tmpdir, table_mismatches, wait_until
 
 CAP = 65536  # WSCTX_MAX_MESSAGE_BYTES for these daemons; sockets drop frames over CAP + 64 KiB
