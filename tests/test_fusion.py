@@ -140,11 +140,11 @@ def _files(n: int) -> list[str]:
 
 
 def test_rerank_order_defaults_and_arithmetic() -> None:
-    """The blend gives each file 1/(k+1+fused rank) + w/(k+1+cross-encoder rank), ranks from 0; by default k = 60 and w = 0.25."""
-    assert (RERANK_FUSION_K, RERANK_FUSION_WEIGHT) == (60, 0.25)
+    """The blend gives each file 1/(k+1+fused rank) + w/(k+1+cross-encoder rank), ranks from 0; by default k = 60 and w = 0.5."""
+    assert (RERANK_FUSION_K, RERANK_FUSION_WEIGHT) == (60, 0.5)
     keys = rerank_order(["a.py", "b.py"], [0.2, 0.9])
-    assert keys[0] == pytest.approx(1 / 61 + 0.25 / 62)
-    assert keys[1] == pytest.approx(1 / 62 + 0.25 / 61)
+    assert keys[0] == pytest.approx(1 / 61 + 0.5 / 62)
+    assert keys[1] == pytest.approx(1 / 62 + 0.5 / 61)
     keys = rerank_order(["a.py", "b.py"], [0.2, 0.9], k=10, weight=0.5)
     assert keys[0] == pytest.approx(1 / 11 + 0.5 / 12)
 
