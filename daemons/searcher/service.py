@@ -109,8 +109,11 @@ class Searcher(runtime.Service):
         self.lock = threading.Lock()
         configure_caches(settings.lance_index_cache_mb, settings.lance_metadata_cache_mb)
         self.embedder = QueryEmbedder(settings.endpoint("embedder.query"), self.ctx)
-        # one thread, so a question never waits on the embedder's answer to vectors_first
+        # one thread, so a question never waits on the embedder's answer to vectors_first; while one
+        # ask is in flight the next question's is dropped (it asks again), so a stalled embedder
+        # never builds a backlog
         self.first_pool = ThreadPoolExecutor(1, thread_name_prefix="vectors-first")
+        self.first_in_flight = threading.Lock()
 
     def store_for(self, wid: str) -> IndexStore | None:
         with self.lock:
@@ -201,12 +204,15 @@ class Searcher(runtime.Service):
         except (OSError, ValueError, RuntimeError) as exc:  # the table changed under us: the search retries
             self.log.warning("pending_paths_failed", error=str(exc))
             return 0
-        if waiting:
+        if waiting and self.first_in_flight.acquire(blocking=False):
             self.first_pool.submit(self._ask_vectors_first, req.workspace, waiting)
         return len(waiting)
 
     def _ask_vectors_first(self, wid: str, paths: list[str]) -> None:
-        waiting = self.embedder.vectors_first(wid, paths)
+        try:
+            waiting = self.embedder.vectors_first(wid, paths)
+        finally:
+            self.first_in_flight.release()
         self.stats.incr("focus.vectors_first")
         self.log.info("vectors_first_asked", workspace=wid, paths=paths[:5], waiting=waiting)
 
