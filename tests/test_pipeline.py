@@ -528,10 +528,14 @@ def test_a_questions_focus_file_gets_its_vectors_before_the_files_queued_ahead_o
     wait_synced(d, workspace)
     (workspace / "batch").mkdir()
     now = time.time()
-    for i in range(40):  # 12 windows a file: a group of 128 windows holds about ten files
+    # 12 windows a file: a group of 128 windows holds about ten files. mod_00 is written last and
+    # dated oldest, so it comes last whether the watcher sends files as their events arrive or, in a
+    # reconcile, newest first: it is queued behind every other file.
+    for i in [*range(1, 40), 0]:
         path = workspace / "batch" / f"mod_{i:02d}.py"
         path.write_text("\n\n".join(py_module(i * 100 + k) for k in range(10)))
-        os.utime(path, (now - 1000 + i, now - 1000 + i))  # mod_00 oldest: the watcher sends it last
+        stamp = now - 2000 if i == 0 else now - 1000 + i
+        os.utime(path, (stamp, stamp))
     store = wait_until(lambda: (s := open_table(d.data_dir, workspace)) is not None and len(s.catalog()) == 41 and s, 90,
                        message=lambda: d.log_tail())
     waiting = sorted(p for p, h in store.catalog().items() if is_pending(h))
