@@ -168,10 +168,9 @@ def build_graph(w: dict[str, np.ndarray], cfg: dict, fused: bool = False):
             continue
         # fused Q|K|V projection: one [H, 3H] MatMul, then Split
         sa = f"{p}.attention.self"
-        wqkv = np.concatenate([w[f"{sa}.{n}.weight"] for n in ("query", "key", "value")], 0).T
-        bqkv = np.concatenate([w[f"{sa}.{n}.bias"] for n in ("query", "key", "value")], 0)
-        const(f"{t}_qkv_W", np.ascontiguousarray(wqkv.astype(f32)))
-        const(f"{t}_qkv_b", bqkv.astype(f32))
+        wqkv, bqkv = packed_qkv(w, sa)
+        const(f"{t}_qkv_W", wqkv)
+        const(f"{t}_qkv_b", bqkv)
         node("MatMul", [x, f"{t}_qkv_W"], [f"{t}_qkv_mm"], f"{t}_qkv_matmul")
         node("Add", [f"{t}_qkv_mm", f"{t}_qkv_b"], [f"{t}_qkv"], f"{t}_qkv_bias")
         q, k, v = f"{t}_q_out", f"{t}_k_out", f"{t}_v_out"
@@ -236,12 +235,26 @@ def build_graph(w: dict[str, np.ndarray], cfg: dict, fused: bool = False):
 CONTRIB = "com.microsoft"
 
 
+def packed_qkv(w: dict[str, np.ndarray], sa: str) -> tuple[np.ndarray, np.ndarray]:
+    """The self-attention's Q|K|V projection packed into one [H, 3H] weight (ONNX MatMul's layout)
+    and one [3H] bias, float32."""
+    qkv = ("query", "key", "value")
+    weight = np.concatenate([w[f"{sa}.{n}.weight"] for n in qkv], 0).T
+    bias = np.concatenate([w[f"{sa}.{n}.bias"] for n in qkv], 0)
+    return np.ascontiguousarray(weight.astype(np.float32)), bias.astype(np.float32)
+
+
+def quantized_ops(fused: bool) -> list[str]:
+    """The operator types ``quantize`` quantises (the contrib ``Attention`` too in a fused graph)."""
+    return ["MatMul", "Gather", "Attention"] if fused else ["MatMul", "Gather"]
+
+
 def fused_layer(w: dict[str, np.ndarray], p: str, t: str, x: str, heads: int, eps: float, const, node) -> str:
     """One encoder layer in onnxruntime's contrib operators (see ``build_graph``); returns its output."""
     f32 = np.float32
-    sa = f"{p}.attention.self"
-    const(f"{t}_qkv_W", np.concatenate([w[f"{sa}.{n}.weight"] for n in ("query", "key", "value")], 0).T.astype(f32))
-    const(f"{t}_qkv_b", np.concatenate([w[f"{sa}.{n}.bias"] for n in ("query", "key", "value")], 0).astype(f32))
+    wqkv, bqkv = packed_qkv(w, f"{p}.attention.self")
+    const(f"{t}_qkv_W", wqkv)
+    const(f"{t}_qkv_b", bqkv)
     ctx = node("Attention", [x, f"{t}_qkv_W", f"{t}_qkv_b", "mask_i32"], [f"{t}_ctx"], f"{t}_attention",
                domain=CONTRIB, num_heads=heads)
 
@@ -439,7 +452,7 @@ def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: b
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    ops = ["MatMul", "Gather", "Attention"] if fused else ["MatMul", "Gather"]
+    ops = quantized_ops(fused)
     if weight_only:
         nbits = int8_path.with_suffix(".nbits.onnx")
         to_matmul_nbits(fp32_path, nbits)
@@ -520,7 +533,7 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
             "tool": "onnxruntime.quantization.quantize_dynamic",
             "onnxruntime": metadata.version("onnxruntime"),
             "onnx": metadata.version("onnx"),
-            "op_types": ["MatMul", "Gather", "Attention"] if fused else ["MatMul", "Gather"],
+            "op_types": quantized_ops(fused),
             "graph": "onnxruntime contrib operators (Attention, SkipLayerNormalization, BiasGelu)" if fused else "standard ONNX operators",
             "weight_type": "QInt8",
             "per_channel": per_channel,

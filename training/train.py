@@ -47,6 +47,7 @@ from torch.nn import functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from daemons.lib.metrics import file_metrics, files_in_order  # noqa: E402  (the benches' file metrics)
 from daemons.lib.windows import embed_text, window_texts  # noqa: E402  (the product's own windows)
 from models.cross_encoder import pair_ids, rerank_passage  # noqa: E402  (the reranker's passage and 512/64 rule)
 from training.corpus.pack import read_pack  # noqa: E402
@@ -394,24 +395,35 @@ def embedder_loss(model: Encoder, texts: Texts, passages: list[str], batch: list
     return F.cross_entropy(logits, torch.arange(len(batch), device=device))
 
 
-def cross_encoder_loss(model: CrossEncoder, tok, passages: list[str], batch: list[dict], rng: random.Random,
-                       device: torch.device, max_len: int, negatives: int) -> torch.Tensor:
-    """Listwise softmax over each group (one positive first, then its negatives) plus BCE on every pair."""
-    seqs, types, labels, groups = [], [], [], []
-    for q in batch:
-        refs = [rng.choice(q["pos"])] + q["neg"][:negatives]
-        groups.append((len(seqs), len(refs)))
-        for k, ref in enumerate(refs):
-            ids, tt = pair_ids(tok, q["query"], rerank_passage(ref[1], passages[ref[0]]), max_len, 64)
+def group_loss(model: CrossEncoder, tok, groups: list[tuple[str, list[tuple[str, bool]]]], device: torch.device,
+               max_len: int) -> torch.Tensor:
+    """Listwise softmax over each group of (question, [(passage, is positive)], positives first),
+    against the log-sum of its positives, plus BCE on every pair; each pair assembled as the
+    reranker worker does (``pair_ids``, the 512/64 rule) and capped at *max_len* tokens."""
+    seqs, types, labels, spans = [], [], [], []
+    for query, members in groups:
+        spans.append((len(seqs), len(members), sum(positive for _, positive in members)))
+        for passage, positive in members:
+            ids, tt = pair_ids(tok, query, passage, max_len, 64)
             seqs.append(ids)
             types.append(tt)
-            labels.append(1.0 if k == 0 else 0.0)
+            labels.append(1.0 if positive else 0.0)
     ids, mask, tt = pad(seqs, device, types)
     logits = model(ids, mask, tt).float()
     bce = F.binary_cross_entropy_with_logits(logits, torch.tensor(labels, device=device))
-    listwise = torch.stack([F.cross_entropy(logits[s:s + n].unsqueeze(0), torch.zeros(1, dtype=torch.long, device=device))
-                            for s, n in groups]).mean()
+    listwise = torch.stack([torch.logsumexp(logits[s:s + n], 0) - torch.logsumexp(logits[s:s + p], 0)
+                            for s, n, p in spans]).mean()
     return listwise + bce
+
+
+def cross_encoder_loss(model: CrossEncoder, tok, passages: list[str], batch: list[dict], rng: random.Random,
+                       device: torch.device, max_len: int, negatives: int) -> torch.Tensor:
+    """``group_loss`` over each pack query's group: one of its positives, then its first hard negatives."""
+    groups = []
+    for q in batch:
+        refs = [rng.choice(q["pos"])] + q["neg"][:negatives]
+        groups.append((q["query"], [(rerank_passage(ref[1], passages[ref[0]]), k == 0) for k, ref in enumerate(refs)]))
+    return group_loss(model, tok, groups, device, max_len)
 
 
 def read_lists(folder: Path, keep_all: bool = False) -> list[dict]:
@@ -428,17 +440,6 @@ def read_lists(folder: Path, keep_all: bool = False) -> list[dict]:
                 if keep_all or (golds and len(golds) < len(row["candidates"])):
                     out.append(row)
     return out
-
-
-def _first_gold_file(paths: list[str], gold: set[str]) -> int:
-    """1-based rank of the first gold file in *paths* taken as a file order (repeats skipped); 0: none."""
-    seen: list[str] = []
-    for p in paths:
-        if p not in seen:
-            seen.append(p)
-            if p in gold:
-                return len(seen)
-    return 0
 
 
 @torch.no_grad()
@@ -458,12 +459,13 @@ def validate_lists(model: CrossEncoder, tok, rows: list[dict], device, max_len: 
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 scores += model(ids, mask, types).float().tolist()
         by_score = [cands[i]["path"] for i in sorted(range(len(cands)), key=lambda i: -scores[i])]
-        ce, fused = _first_gold_file(by_score, gold), _first_gold_file([c["path"] for c in cands], gold)
+        ce = file_metrics(files_in_order(by_score), list(gold))["mrr"]
+        fused = file_metrics(files_in_order(cands), list(gold))["mrr"]
         for key in (row["repo"], "all"):
             d = per.setdefault(key, {"ce": [], "fused": [], "ce_r1": []})
-            d["ce"].append(1 / ce if ce else 0.0)
-            d["fused"].append(1 / fused if fused else 0.0)
-            d["ce_r1"].append(1.0 if ce == 1 else 0.0)
+            d["ce"].append(ce)
+            d["fused"].append(fused)
+            d["ce_r1"].append(1.0 if ce == 1.0 else 0.0)
     model.train()
     return {k: {"lists": len(v["ce"]), "mrr_file": round(sum(v["ce"]) / len(v["ce"]), 4),
                 "r1_file": round(sum(v["ce_r1"]) / len(v["ce"]), 4), "fused_mrr_file": round(sum(v["fused"]) / len(v["fused"]), 4)}
@@ -472,26 +474,16 @@ def validate_lists(model: CrossEncoder, tok, rows: list[dict], device, max_len: 
 
 def list_loss(model: CrossEncoder, tok, batch: list[dict], rng: random.Random, device: torch.device,
               max_len: int, size: int) -> torch.Tensor:
-    """Multi-positive listwise softmax over a sample of each list (at most 2 positives, the rest
-    negatives drawn from the same fused candidates) plus BCE on every pair."""
-    seqs, types, labels, groups = [], [], [], []
+    """``group_loss`` over a sample of each candidate list: at most 2 positives, the rest negatives
+    drawn from the same fused candidates, asked with the plan's ``rerank_query``."""
+    groups = []
     for row in batch:
         pos = [c for c in row["candidates"] if c["gold"]]
         neg = [c for c in row["candidates"] if not c["gold"]]
         pos = rng.sample(pos, min(2, len(pos)))
         group = pos + rng.sample(neg, min(len(neg), max(1, size - len(pos))))
-        groups.append((len(seqs), len(group), len(pos)))
-        for c in group:
-            ids, tt = pair_ids(tok, row["rerank_query"], rerank_passage(c["path"], c["text"]), max_len, 64)
-            seqs.append(ids)
-            types.append(tt)
-            labels.append(1.0 if c["gold"] else 0.0)
-    ids, mask, tt = pad(seqs, device, types)
-    logits = model(ids, mask, tt).float()
-    bce = F.binary_cross_entropy_with_logits(logits, torch.tensor(labels, device=device))
-    listwise = torch.stack([torch.logsumexp(logits[s:s + n], 0) - torch.logsumexp(logits[s:s + p], 0)
-                            for s, n, p in groups]).mean()
-    return listwise + bce
+        groups.append((row["rerank_query"], [(rerank_passage(c["path"], c["text"]), c["gold"]) for c in group]))
+    return group_loss(model, tok, groups, device, max_len)
 
 
 if __name__ == "__main__":

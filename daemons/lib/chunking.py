@@ -484,7 +484,7 @@ def file_chunks(text: str, path: str, settings: ChunkSettings = DEFAULT_SETTINGS
         if on_error is not None:
             on_error()
         chunks = chunk_text(text, path + ".txt", settings)
-    if not chunks and text:
+    if not chunks:
         lines = text.count("\n") + (0 if text.endswith("\n") else 1)
         chunks = [Chunk(index=0, text=text[: max(1, int(settings.max_chars))], start_line=1, end_line=max(1, lines),
                         language=language_for_path(path))]

@@ -72,12 +72,16 @@ class QueryEmbedder:
                 self.kept.put(text, (vec, model_id))
         return vec, model_id, problem
 
-    def _ask(self, text: str, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
+    def _client(self) -> runtime.Client:
+        """This thread's client of the embedder's query socket."""
         client = getattr(self.local, "client", None)
         if client is None:
             client = self.local.client = runtime.Client(self.endpoint, self.ctx, sender="searcher")
+        return client
+
+    def _ask(self, text: str, timeout_ms: int) -> tuple[np.ndarray | None, str, str]:
         try:
-            reply = client.request(EmbedQueryRequest(text=text), timeout_ms=timeout_ms)
+            reply = self._client().request(EmbedQueryRequest(text=text), timeout_ms=timeout_ms)
         except ProtocolError as exc:
             return None, "", DEGRADED_EMBEDDER_SLOW if exc.code.value == "timeout" else DEGRADED_EMBEDDER_DOWN
         if not reply.blobs:
@@ -90,11 +94,8 @@ class QueryEmbedder:
     def vectors_first(self, workspace: str, paths: list[str], timeout_ms: int = VECTORS_FIRST_TIMEOUT_MS) -> int | None:
         """Ask the embedder to embed *paths* before the other files that wait; how many of them
         wait there, or None when it did not answer."""
-        client = getattr(self.local, "client", None)
-        if client is None:
-            client = self.local.client = runtime.Client(self.endpoint, self.ctx, sender="searcher")
         try:
-            return int(client.request(VectorsFirstRequest(workspace=workspace, paths=paths), timeout_ms=timeout_ms).body.waiting)
+            return int(self._client().request(VectorsFirstRequest(workspace=workspace, paths=paths), timeout_ms=timeout_ms).body.waiting)
         except ProtocolError:
             return None
 
