@@ -49,7 +49,7 @@ def assert_covers(text: str, chunks: list[Chunk], settings: ChunkSettings = Chun
 
 def _functions(lang: str, count: int = 6) -> tuple[str, set[int]]:
     """Build a file of ``count`` functions in ``lang``; return text and 1-based start lines."""
-    head, tail, indent = "", "", ""
+    head, tail = "", ""
     if lang == "python":
         fn = lambda i: "def f%d(a, b):\n%s    return x0\n" % (
             i, "".join("    x%d = a + b * %d  # step %d\n" % (j, j, j) for j in range(10)))
@@ -67,7 +67,7 @@ def _functions(lang: str, count: int = 6) -> tuple[str, set[int]]:
         fn = lambda i: "fn f%d(a: i64, b: i64) -> i64 {\n%s    a\n}\n" % (
             i, "".join("    let x%d = a + b * %d; // step %d\n" % (j, j, j) for j in range(10)))
     elif lang == "java":
-        head, tail, indent = "public class C {\n", "}\n", "    "
+        head, tail = "public class C {\n", "}\n"
         fn = lambda i: "    int f%d(int a, int b) {\n%s        return a;\n    }\n" % (
             i, "".join("        int x%d = a + b * %d; // step %d\n" % (j, j, j) for j in range(10)))
     elif lang in ("c", "cpp"):

@@ -49,6 +49,8 @@ def test_another_model_or_dimension_never_gets_these_vectors(tmp_path: Path):
     wide = CountingEmbedder(16)
     cache = VectorCache(tmp_path / "c.sqlite", "m1", 16, 100)
     assert cache.get_many(cache.keys(["x"])) == {}
+    vecs, cached = cache.embed(["x"], wide)
+    assert cached == 0 and wide.asked == ["x"] and vecs[0].shape == (16,)
     assert cache_file("/d", "minilm-l6-v2-int8@abc/def") == Path("/d/vectors/minilm-l6-v2-int8_abc_def.sqlite")
 
 

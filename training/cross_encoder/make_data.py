@@ -23,7 +23,6 @@ import argparse
 import ast
 import gzip
 import hashlib
-import io
 import json
 import random
 import re

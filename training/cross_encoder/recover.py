@@ -80,8 +80,6 @@ def main() -> None:
     rows = [r for r in read_pairs(REPO / "training/cross_encoder/data/pairs.jsonl.gz") if r["split"] == "val"]
     sample = [(r["query"], r["passage"]) for r in rows[: args.check]]
     t = np.array(predict(model, tok, sample, 512, 16))
-    import onnxruntime as ort
-
     from export import ort_logits  # the export's own scorer of an ONNX file
 
     o = np.array(ort_logits(Path(args.onnx), tok, sample, 2))
