@@ -27,7 +27,9 @@ the question is answered five ways:
   (no threshold cut, so recall is comparable)
 
 Metrics per case set and per repository: recall@1/5/10, acc@1/3/5, MRR at file level (a chunk
-counts for its file at its first occurrence). A case is skipped, with the reason, when its sdist
+counts for its file at its first occurrence). With the reranker, a second table says what the
+threshold (``rerank_threshold``, ``--set`` changes it) leaves in the answer: chunks kept, the share
+of them from a gold file, the gold files among the kept chunks' files, and empty answers. A case is skipped, with the reason, when its sdist
 cannot be had or a gold file is missing from it. Per-case rankings are cached in
 ``<cache>/caseruns/`` so a rerun (e.g. with the reranker) only computes what is missing.
 
@@ -67,7 +69,7 @@ SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight"
                    "path_mentions", "question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars",
                    *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
 #: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
-ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight")
+ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight", "rerank_threshold")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
 
 
@@ -92,6 +94,26 @@ def reranked_orders(ranked: dict, settings) -> tuple[list[str], list[str]]:
     weighted = [p * w for p, w in zip(probs, weights)]
     by_prob = sorted(range(len(paths)), key=lambda i: (-weighted[i], i))
     return files_in_order([paths[i] for i in by_prob]), final_files(paths, weighted, settings.rerank_fusion_k, settings.rerank_fusion_weight)
+
+
+def kept_at_threshold(ranked: dict, gold: list[str], threshold: float) -> dict[str, float]:
+    """What the threshold leaves in the answer of one case, from its cached probabilities: the
+    chunks kept (probability at or above *threshold*; named files, which the front keeps whatever
+    their probability, are not told apart here), the share of them from a gold file, whether every
+    gold file is among the kept chunks' files, and whether the answer is empty."""
+    kept = [path for path, p in zip(ranked["fused_chunks"], ranked["fused_probs"]) if p >= threshold]
+    files = set(kept)
+    return {"kept": float(len(kept)), "kept_gold_share": 100.0 * sum(p in gold for p in kept) / len(kept) if kept else 0.0,
+            "answer_recall": 100.0 * sum(g in files for g in gold) / len(gold) if gold else 0.0,
+            "empty": 100.0 * (not kept)}
+
+
+def kept_table(rows: list[tuple[str, int, dict[str, float]]], threshold: float) -> str:
+    """``kept_at_threshold`` means, one line per repository and the total."""
+    lines = [f"{'kept at threshold ' + str(threshold):28s} {'n':>4s} {'chunks kept':>11s} {'gold share':>10s} {'answer recall':>13s} {'empty':>6s}"]
+    for label, n, m in rows:
+        lines.append(f"{label:28s} {n:4d} {m['kept']:11.2f} {m['kept_gold_share']:10.1f} {m['answer_recall']:13.1f} {m['empty']:6.1f}")
+    return "\n".join(lines)
 
 
 def select_cases(which: str, cache: Path, repos: list[str] | None = None, tags: list[str] | None = None, limit: int = 0,
@@ -237,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gold_is_test": [g for g in gold if is_test_file(g)],
                 "metrics": {m: file_metrics(ranked[m], gold) for m in METHODS if m in ranked},
                 "first_gold_rank": {m: next((i + 1 for i, p in enumerate(ranked[m]) if p in gold), None) for m in METHODS if m in ranked},
+                **({"kept": kept_at_threshold(ranked, gold, settings.rerank_threshold)} if "fused_probs" in ranked else {}),
             })
         log(f"  done {name}-{version} ({time.perf_counter() - t_start:.0f} s so far)")
 
@@ -262,6 +285,14 @@ def main(argv: list[str] | None = None) -> int:
                        "robustness": rob, "gold_not_indexed_cases": sum(1 for r in rs if r["gold_not_indexed"])}
         out_tables.append(table(f"== {cs}: {len(rs)} cases run, {len(sk)} skipped {dict(reasons)}", rows))
         out_tables.append(f"\n{cs}: across repositories with 5 or more cases\n" + robustness_table(rob))
+        kept_rows = []
+        for label in [*per_repo, "ALL"]:
+            kr = [r["kept"] for r in rs if "kept" in r and (label == "ALL" or r["repo"] == label)]
+            if kr:
+                kept_rows.append((label, len(kr), {k: float(sum(x[k] for x in kr) / len(kr)) for k in kr[0]}))
+        if kept_rows:
+            summary[cs]["kept"] = {label: m for label, _, m in kept_rows}
+            out_tables.append("\n" + kept_table(kept_rows, settings.rerank_threshold))
     print("\n".join(out_tables))
     print(f"\nreranker: {rerank_note}")
     doc = {
