@@ -1,7 +1,7 @@
 """Memory of a long-running index process: many small writes and searches on one LanceDB table.
 
     .venv/bin/python -m bench.store_memory [--writes 600] [--every 50] [--files 5]
-        [--variant NAME=INDEX_MB,METADATA_MB[,ARENAS] ...] [--tree DIR] [--out FILE]
+        [--variant NAME=INDEX_MB,METADATA_MB[,ARENAS[,POOL]] ...] [--tree DIR] [--out FILE]
 
 The soak (``bench.soak``) found the embedder and the searcher growing by about 20 MB a minute with
 no plateau. This benchmark isolates the table: each variant runs in its own process, which
@@ -18,7 +18,8 @@ no plateau. This benchmark isolates the table: each variant runs in its own proc
 
 Variants are cache bounds in MB (``store.configure_caches``; 0 is LanceDB's own default) and the
 malloc arenas (``runtime.limit_malloc_arenas``, as every daemon's ``main`` calls it; 0 or left out:
-glibc's default): by default LanceDB's and glibc's own (6 GiB index, 1 GiB metadata, 8 arenas per
+glibc's default), and optionally Arrow's memory pool (``mimalloc``, pyarrow's default, ``jemalloc`` or
+``system``: glibc's malloc; set as ``ARROW_DEFAULT_MEMORY_POOL`` for the variant's process): by default LanceDB's and glibc's own (6 GiB index, 1 GiB metadata, 8 arenas per
 core) against the shipped settings, run one after the other in one invocation. Prints one table per variant and a summary; writes JSON
 (bench/results/store_memory.json).
 """
@@ -45,6 +46,8 @@ OUT = ROOT / "bench" / "results" / "store_memory.json"
 PACKAGES = ("structlog", "msgspec", "pathspec", "watchdog", "zmq", "supervisor", "tokenizers")
 DIM = 384
 SHIPPED = f"{INDEX_CACHE_MB},{METADATA_CACHE_MB},{Settings.malloc_arenas}"
+#: Arrow's memory pools a variant may name (``ARROW_DEFAULT_MEMORY_POOL``).
+POOLS = ("mimalloc", "jemalloc", "system")
 
 
 def rss_mb() -> float:
@@ -135,7 +138,10 @@ def run_variant(tree: Path | None, index_mb: int, metadata_mb: int, arenas: int,
             print(json.dumps(records[-1]), file=sys.stderr, flush=True)
     rows = writer.table.count_rows()
     IndexStore.destroy(folder)
-    return {"index_mb": index_mb, "metadata_mb": metadata_mb, "arenas": arenas, "files": len(files), "rows": rows, "build_s": round(built_s, 1),
+    import pyarrow
+
+    return {"index_mb": index_mb, "metadata_mb": metadata_mb, "arenas": arenas,
+            "arrow_pool": pyarrow.default_memory_pool().backend_name, "files": len(files), "rows": rows, "build_s": round(built_s, 1),
             "records": records}
 
 
@@ -144,7 +150,7 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=600)
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--files", type=int, default=5, help="files rewritten per write")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=INDEX_MB,METADATA_MB[,ARENAS]",
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=INDEX_MB,METADATA_MB[,ARENAS[,POOL]]",
                     help=f"cache bounds and malloc arenas to run (default: lancedb=0,0,0 and shipped={SHIPPED})")
     ap.add_argument("--tree", type=Path, default=None, help="folder to index (default: installed packages' code)")
     ap.add_argument("--seed", type=int, default=7)
@@ -155,29 +161,32 @@ def main() -> None:
         index_mb, metadata_mb, arenas = (int(x) for x in args.worker.split(","))
         print(json.dumps(run_variant(args.tree, index_mb, metadata_mb, arenas, args.writes, args.every, args.files, args.seed)))
         return
-    variants: dict[str, tuple[int, int, int]] = {}
+    variants: dict[str, tuple[int, int, int, str]] = {}
     for item in args.variant or ["lancedb=0,0,0", f"shipped={SHIPPED}"]:
-        name, _, sizes = item.partition("=")
+        name, _, spec = item.partition("=")
+        fields = spec.split(",")
+        pool = fields.pop() if len(fields) == 4 else ""
         try:
-            numbers = [int(x) for x in sizes.split(",")]
+            numbers = [int(x) for x in fields]
         except ValueError:
             numbers = []
-        if len(numbers) not in (2, 3):
-            ap.error(f"--variant {item!r}: expected NAME=INDEX_MB,METADATA_MB[,ARENAS]")
+        if len(numbers) not in (2, 3) or pool not in ("", *POOLS):
+            ap.error(f"--variant {item!r}: expected NAME=INDEX_MB,METADATA_MB[,ARENAS[,POOL]], POOL one of {', '.join(POOLS)}")
         index_mb, metadata_mb, arenas = (numbers + [0])[:3]
-        variants[name] = (index_mb, metadata_mb, arenas)
+        variants[name] = (index_mb, metadata_mb, arenas, pool)
     tree = ["--tree", str(args.tree)] if args.tree else []
     results: dict[str, Any] = {}
-    for name, (index_mb, metadata_mb, arenas) in variants.items():
+    for name, (index_mb, metadata_mb, arenas, pool) in variants.items():
         print(f"== {name}: index cache {index_mb or 'lancedb default'} MB, metadata cache {metadata_mb or 'lancedb default'} MB, "
-              f"malloc arenas {arenas or 'glibc default'}", file=sys.stderr, flush=True)
+              f"malloc arenas {arenas or 'glibc default'}, Arrow pool {pool or 'default'}", file=sys.stderr, flush=True)
+        env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | ({"ARROW_DEFAULT_MEMORY_POOL": pool} if pool else {})
         done = subprocess.run([sys.executable, "-m", "bench.store_memory", "--worker", f"{index_mb},{metadata_mb},{arenas}", *tree,
                                "--writes", str(args.writes), "--every", str(args.every), "--files", str(args.files),
-                               "--seed", str(args.seed)], cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
+                               "--seed", str(args.seed)], cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True, env=env)
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
     for name, r in results.items():
         print(f"\n{name}: index cache {r['index_mb'] or 'default'} MB, metadata cache {r['metadata_mb'] or 'default'} MB, "
-              f"malloc arenas {r['arenas'] or 'default'}; "
+              f"malloc arenas {r['arenas'] or 'default'}, Arrow pool {r['arrow_pool']}; "
               f"{r['files']} files, {r['rows']} rows, built in {r['build_s']} s")
         print(f"{'writes':>7} {'RSS MB':>8} {'cache MB':>9} {'items':>7} {'search ms (median)':>19} {'s':>6}")
         for rec in r["records"]:
