@@ -399,6 +399,7 @@ def test_up_add_status_ask_down():
             searcher = json.loads(_wsctx(env, "status", "--json").stdout)["daemons"].get("searcher", {}).get("details", {})
             if "searcher" in daemons and "front" in daemons:
                 assert wid in searcher["open_tables"] and searcher["lance_cache"]["bytes"] > 0, searcher
+                assert searcher["arrow"]["pool"] == "system", searcher  # glibc's malloc, not mimalloc's kept pages
             removed = _wsctx(env, "remove", wid)
             assert removed.returncode == 0, removed.stdout + removed.stderr
             assert f"removed {wid}" in removed.stdout and "MB freed" in removed.stdout

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,9 +50,10 @@ def test_variables_that_are_not_settings_are_accepted() -> None:
     ({"WSCTX_RERANK_THRESHOLD": "-1"}, "rerank_threshold must be between 0 and 1, not -1"),
     ({"WSCTX_SNIPPET_COUNT": "-3"}, "environment variable WSCTX_SNIPPET_COUNT: snippet_count must be at least 1, not -3"),
     ({"WSCTX_BUDGET_CHARS": "0"}, "budget_chars must be at least 1, not 0"),
+    ({"WSCTX_ARROW_MEMORY_POOL": "tcmalloc"}, "environment variable WSCTX_ARROW_MEMORY_POOL: arrow_memory_pool 'tcmalloc': use system, jemalloc, mimalloc, ''"),
 ])
 def test_out_of_range_values_are_refused_with_the_range(env: dict[str, str], message: str) -> None:
-    """A threshold outside [0, 1], a snippet count or budget under 1 is refused, saying the valid range."""
+    """A threshold outside [0, 1], a snippet count or budget under 1, or an Arrow pool not named is refused, saying what is valid."""
     with pytest.raises(ValueError) as info:
         load_settings(config_file="/nonexistent.toml", env=env)
     assert message in str(info.value)
@@ -138,3 +140,19 @@ def test_every_setting_lives_in_exactly_one_section_and_sections_read_as_toml_ta
     cfg.write_text("[search]\nrerank_top = 9\n[reranking]\nrerank_threshold = 0.2\n[index_shape]\nchunk_max_chars = 900\n")
     s = load_settings(str(cfg), env={})
     assert (s.rerank_top, s.rerank_threshold, s.chunk_max_chars) == (9, 0.2, 900)
+
+
+def test_a_daemon_process_uses_the_arrow_pool_its_settings_name() -> None:
+    """use_arrow_pool makes the named pool Arrow's default in a process that has pyarrow loaded, and leaves it to a process that loads it later."""
+    code = (
+        "import os, pyarrow as pa\n"
+        "from daemons.lib import runtime\n"
+        "before = pa.default_memory_pool().backend_name\n"
+        "print(before, runtime.use_arrow_pool('system'), pa.default_memory_pool().backend_name, runtime.use_arrow_pool(''))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"})
+    assert out.stdout.split() == ["mimalloc", "system", "system", "system"], out.stdout + out.stderr
+    later = "from daemons.lib import runtime\nprint(repr(runtime.use_arrow_pool('jemalloc')))\nimport pyarrow as pa\nprint(pa.default_memory_pool().backend_name)\n"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", later], cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
+    assert out.stdout.split() == ["''", "jemalloc"], out.stdout + out.stderr

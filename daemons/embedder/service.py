@@ -25,7 +25,7 @@ import zmq
 from daemons.lib import runtime
 from daemons.lib.config import Settings
 from daemons.lib.indexing import chunk_shape, index_meta, pending_hash
-from daemons.lib.store import IndexStore, RebuildNeeded, cache_usage, configure_caches
+from daemons.lib.store import IndexStore, RebuildNeeded, arrow_memory, cache_usage, configure_caches
 from daemons.lib.vectorcache import VectorCache
 from daemons.lib.workspaces import Registry, check_event, index_dir, remove_index, safe_relpath
 from daemons.embedder.vectors import FAULT_EMBED_DELAY_MS, VectorWork
@@ -366,7 +366,7 @@ class Embedder(VectorWork, runtime.Service):
         out: dict[str, Any] = {"model": getattr(self.model, "model_id", None), "model_error": self.model_error, "chunker_problem": self.chunker_problem,
                                "write_error": self.write_error, "writes_failed": self.stats.snapshot().get("writes.failed", 0), "workspaces": {},
                                "vector_cache": {"rows": self.vectors.rows, "max_rows": self.vectors.max_rows} if self.vectors is not None else None,
-                               "vectors_waiting": len(self.vector_queue), "lance_cache": cache_usage()}
+                               "vectors_waiting": len(self.vector_queue), "lance_cache": cache_usage(), "arrow": arrow_memory()}
         for wid, idx in list(self.indexes.items()):
             entry: dict[str, Any] = {"root": idx.root, "problem": idx.problem}
             if idx.store is not None:

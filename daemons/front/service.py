@@ -33,7 +33,7 @@ from daemons.lib.indexing import chunk_content_hash
 from daemons.lib.question import QueryPlan, plan_for
 from daemons.lib.search import settings_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
-from daemons.lib.store import IndexStore, cache_usage, configure_caches
+from daemons.lib.store import IndexStore, arrow_memory, cache_usage, configure_caches
 from daemons.lib.workspaces import Registry, index_dir, safe_relpath
 from models.cross_encoder import rerank_passage
 from protocol import envelope
@@ -376,7 +376,7 @@ class Front(runtime.Service):
                 sock.close(0)
                 raise SystemExit(f"front: {exc}") from None
         control = runtime.ControlServer(self.ctx, self.s.control_endpoint("front"), "front", self.log, self.stats, self.stop,
-                                        status_fn=lambda: {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp, "lance_cache": cache_usage()})
+                                        status_fn=lambda: {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp, "lance_cache": cache_usage(), "arrow": arrow_memory()})
         control.start()
         handlers = {"ask_request": self.ask}
         threads = []

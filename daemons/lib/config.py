@@ -124,6 +124,10 @@ class Embedding:
     optimize_every: int = 50  # table writes between compactions / FTS folds
 
 
+#: ``arrow_memory_pool`` values (``runtime.use_arrow_pool``); '' keeps pyarrow's own, mimalloc.
+ARROW_POOLS = ("system", "jemalloc", "mimalloc", "")
+
+
 @dataclass
 class Runtime:
     """Each daemon process's memory and liveness."""
@@ -134,6 +138,9 @@ class Runtime:
     lance_metadata_cache_mb: int = METADATA_CACHE_MB
     # glibc malloc arenas per daemon process (runtime.limit_malloc_arenas; 0: glibc's default, 8 per core)
     malloc_arenas: int = 2
+    # Arrow's memory pool per daemon process (runtime.use_arrow_pool: system, jemalloc or mimalloc;
+    # '': pyarrow's own, mimalloc, which keeps the pages of the buffers each table write frees)
+    arrow_memory_pool: str = "system"
     heartbeat_s: float = 1.0
 
 
@@ -424,9 +431,9 @@ def _check_values(values: Mapping[str, Any], sources: Mapping[str, str]) -> None
             problem = check_range(key, value)
             if problem:
                 raise ValueError(f"{sources.get(key, 'setting')}: {problem}")
-    for key, choices in (("file_list", FILE_LISTS), ("dense_query", DENSE_QUERIES), ("ranking", RANKINGS)):
+    for key, choices in (("file_list", FILE_LISTS), ("dense_query", DENSE_QUERIES), ("ranking", RANKINGS), ("arrow_memory_pool", ARROW_POOLS)):
         if key in values and values[key] not in choices:
-            raise ValueError(f"{sources.get(key, 'setting')}: {key} {values[key]!r}: use {', '.join(choices)}")
+            raise ValueError(f"{sources.get(key, 'setting')}: {key} {values[key]!r}: use {', '.join(c or repr(c) for c in choices)}")
 
 
 #: The settings one question may set for itself (a request's ``settings.overrides``, ``wsctx ask

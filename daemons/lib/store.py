@@ -79,6 +79,13 @@ def cache_usage() -> dict[str, int]:
     return {"bytes": int(session.size_bytes), "items": int(session.approx_num_items)}
 
 
+def arrow_memory() -> dict[str, Any]:
+    """``{"pool": …, "bytes": …}``: this process's Arrow memory pool (``runtime.use_arrow_pool``)
+    and the bytes Arrow has allocated in it now."""
+    pool = pa.default_memory_pool()
+    return {"pool": pool.backend_name, "bytes": int(pool.bytes_allocated())}
+
+
 class RebuildNeeded(RuntimeError):
     """The table was built with other settings or another model; it must be rebuilt before use."""
 

@@ -22,7 +22,7 @@ from daemons.lib.question import QueryPlan, combine_vectors, plan_for
 from daemons.lib.lru import LRU
 from daemons.lib.roles import roles_present, wanted_roles
 from daemons.lib.search import settings_search, to_candidates
-from daemons.lib.store import IndexStore, cache_usage, configure_caches
+from daemons.lib.store import IndexStore, arrow_memory, cache_usage, configure_caches
 from daemons.lib.workspaces import Registry, index_dir
 from protocol import envelope
 from protocol.errors import BadMessage, ProtocolError, UnknownWorkspace
@@ -136,9 +136,9 @@ class Searcher(runtime.Service):
                 del self.stores[wid]
 
     def status(self) -> dict[str, Any]:
-        """The tables open now (those of removed workspaces are closed first) and LanceDB's cache use."""
+        """The tables open now (those of removed workspaces are closed first), LanceDB's cache use and Arrow's pool."""
         self.forget_removed(self.registry.load())
-        return {"open_tables": list(self.stores), "lance_cache": cache_usage()}
+        return {"open_tables": list(self.stores), "lance_cache": cache_usage(), "arrow": arrow_memory()}
 
     def search(self, msg: envelope.Message) -> SearchReply:
         req = msg.body
