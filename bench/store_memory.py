@@ -18,9 +18,9 @@ no plateau. This benchmark isolates the table: each variant runs in its own proc
 
 Variants are cache bounds in MB (``store.configure_caches``; 0 is LanceDB's own default) and the
 malloc arenas (``runtime.limit_malloc_arenas``, as every daemon's ``main`` calls it; 0 or left out:
-glibc's default), and optionally Arrow's memory pool (``mimalloc``, pyarrow's default, ``jemalloc`` or
-``system``: glibc's malloc; set as ``ARROW_DEFAULT_MEMORY_POOL`` for the variant's process): by default LanceDB's and glibc's own (6 GiB index, 1 GiB metadata, 8 arenas per
-core) against the shipped settings, run one after the other in one invocation. Prints one table per variant and a summary; writes JSON
+glibc's default), and optionally Arrow's memory pool (the daemons' ``arrow_memory_pool``) (``mimalloc``, pyarrow's default, ``jemalloc`` or
+``system``: glibc's malloc; set as ``ARROW_DEFAULT_MEMORY_POOL`` for the variant's process): by default LanceDB's, glibc's and pyarrow's own (6 GiB index, 1 GiB metadata, 8 arenas per
+core, mimalloc) against the shipped settings, run one after the other in one invocation. Prints one table per variant and a summary; writes JSON
 (bench/results/store_memory.json).
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from daemons.lib.config import INDEX_CACHE_MB, METADATA_CACHE_MB, Settings  # no
 OUT = ROOT / "bench" / "results" / "store_memory.json"
 PACKAGES = ("structlog", "msgspec", "pathspec", "watchdog", "zmq", "supervisor", "tokenizers")
 DIM = 384
-SHIPPED = f"{INDEX_CACHE_MB},{METADATA_CACHE_MB},{Settings.malloc_arenas}"
+SHIPPED = f"{INDEX_CACHE_MB},{METADATA_CACHE_MB},{Settings.malloc_arenas},{Settings.arrow_memory_pool}"
 #: Arrow's memory pools a variant may name (``ARROW_DEFAULT_MEMORY_POOL``).
 POOLS = ("mimalloc", "jemalloc", "system")
 
@@ -151,7 +151,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--files", type=int, default=5, help="files rewritten per write")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=INDEX_MB,METADATA_MB[,ARENAS[,POOL]]",
-                    help=f"cache bounds and malloc arenas to run (default: lancedb=0,0,0 and shipped={SHIPPED})")
+                    help=f"cache bounds, malloc arenas and Arrow pool to run (default: lancedb=0,0,0,mimalloc and shipped={SHIPPED})")
     ap.add_argument("--tree", type=Path, default=None, help="folder to index (default: installed packages' code)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=OUT)
@@ -162,7 +162,7 @@ def main() -> None:
         print(json.dumps(run_variant(args.tree, index_mb, metadata_mb, arenas, args.writes, args.every, args.files, args.seed)))
         return
     variants: dict[str, tuple[int, int, int, str]] = {}
-    for item in args.variant or ["lancedb=0,0,0", f"shipped={SHIPPED}"]:
+    for item in args.variant or ["lancedb=0,0,0,mimalloc", f"shipped={SHIPPED}"]:
         name, _, spec = item.partition("=")
         fields = spec.split(",")
         pool = fields.pop() if len(fields) == 4 else ""
