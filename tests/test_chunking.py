@@ -347,3 +347,15 @@ def test_file_chunks_fall_back_to_plain_text_when_the_grammar_path_fails(monkeyp
     monkeypatch.setattr(chunking, "chunk_text", real)
     blank = chunking.file_chunks("   \n\n", "empty.py")
     assert [(c.start_line, c.end_line, c.language) for c in blank] == [(1, 2, "python")]
+
+
+def test_the_chunker_daemon_loads_neither_lancedb_nor_onnxruntime() -> None:
+    """The chunker only cuts text, so its process loads no table or model library (they cost other daemons about 100 MB each)."""
+    import subprocess
+    import sys
+
+    from tests.support import REPO
+
+    code = "import sys, daemons.chunker.service\nprint(sorted(m for m in ('lancedb', 'pyarrow', 'onnxruntime', 'tokenizers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

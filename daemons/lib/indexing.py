@@ -4,16 +4,23 @@ Shared by the embedder daemon and the benchmarks, so a benchmark measures the re
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import numpy as np
 
 from daemons.lib.chunking import CHUNKER_VERSION
 from daemons.lib.config import CHUNK_SHAPE, Settings
 from daemons.lib.keywords import keyword_text
-from daemons.lib.store import PENDING_PREFIX
-from daemons.lib.vectorcache import VectorCache
 from daemons.lib.windows import embed_text, window_texts
+
+if TYPE_CHECKING:  # the chunker imports this module and needs neither LanceDB nor the vector cache
+    from daemons.lib.vectorcache import VectorCache
+
+#: A file's rows written before their vectors carry this in front of its content hash
+#: (``keyword_rows``): keyword search finds them, vector search skips them (their vectors are
+#: stand-ins), and the watcher counts the file as not yet fully indexed, so it is sent again after
+#: a restart.
+PENDING_PREFIX = "pending:"
 
 
 class ChunkLike(Protocol):

@@ -28,6 +28,7 @@ import pyarrow as pa
 from lancedb.index import FTS, BTree, HnswSq
 
 from daemons.lib.config import INDEX_CACHE_MB, METADATA_CACHE_MB
+from daemons.lib.indexing import PENDING_PREFIX
 from daemons.lib.keywords import file_keyword_text
 
 TABLE = "chunks"
@@ -130,11 +131,7 @@ def path_filter(paths: Iterable[str]) -> str:
     return "path IN (" + ", ".join(sql_str(p) for p in paths) + ")"
 
 
-#: A file's rows written before their vectors carry this in front of its content hash
-#: (``indexing.keyword_rows``): keyword search finds them, vector search skips them (their vectors
-#: are stand-ins), and the watcher counts the file as not yet fully indexed, so it is sent again after
-#: a restart.
-PENDING_PREFIX = "pending:"
+#: The SQL ``LIKE`` pattern of the rows written before their vectors (``indexing.PENDING_PREFIX``).
 PENDING_LIKE = PENDING_PREFIX + "%"
 
 SEARCH_COLUMNS = ["id", "chunk_id", "path", "content_hash", "chunk_index", "window", "start_line", "end_line", "language", "text"]
