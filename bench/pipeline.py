@@ -3,7 +3,7 @@
 Starts watcher, chunker, embedder and searcher as processes on a copy of WORKSPACE, then reports:
 files, chunks and rows indexed; wall time to a full index; save-to-searchable latency (a unique
 word written into a file until a keyword search finds it; median and p95 of --saves); peak
-resident memory (VmHWM) of each daemon. With ``--second`` (another version of the same repository,
+resident memory (VmHWM) of each daemon, and what each holds at the end (VmRSS). With ``--second`` (another version of the same repository,
 as a branch switch would leave it) that tree is then added as a second workspace, and the time to
 index it and the windows embedded against those the window cache held are reported (issue 20:
 a window embedded before is never embedded again). Prints a table and writes
@@ -37,9 +37,11 @@ from protocol.schema import ReconcileRequest, StatusRequest, WorkspaceAddRequest
 DAEMONS = ["watcher", "chunker", "embedder", "searcher"]
 
 
-def vm_hwm_mb(pid: int) -> float:
+def vm_hwm_mb(pid: int, field: str = "VmHWM") -> float:
+    """A process's peak resident memory in MB (``VmHWM``), or another ``/proc/PID/status`` field's
+    (``VmRSS``: resident now)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -131,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         target.write_text(original)
         second = index_second(settings, tmp, args.second, args.timeout) if args.second else None
         memory = {name: round(vm_hwm_mb(p.pid), 1) for name, p in procs.items()}
+        resident = {name: round(vm_hwm_mb(p.pid, "VmRSS"), 1) for name, p in procs.items()}
         disk = sum(f.stat().st_size for f in Path(index_dir(settings.data_dir, wid)).rglob("*") if f.is_file())
     finally:
         stop_daemons(procs.values())
@@ -145,12 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         "rows_per_s": round(counts["rows"] / full_s, 2),
         "save_to_searchable_s": {"median": round(statistics.median(latencies), 3), "p95": round(sorted(latencies)[max(0, int(0.95 * len(latencies)) - 1)], 3), "all": [round(x, 3) for x in latencies]},
         "peak_rss_mb": memory,
+        "rss_at_end_mb": resident,
         "index_disk_mb": round(disk / 1e6, 1),
         **({"second_version": second} if second else {}),
     }
     print(f"{'files':>8} {'chunks':>8} {'rows':>8} {'full index s':>13} {'rows/s':>8} {'save->search median s':>22} {'p95':>6}")
     print(f"{result['files']:>8} {result['chunks']:>8} {result['rows']:>8} {result['full_index_s']:>13} {result['rows_per_s']:>8} {result['save_to_searchable_s']['median']:>22} {result['save_to_searchable_s']['p95']:>6}")
     print("peak RSS MB:", memory, " index on disk MB:", result["index_disk_mb"])
+    print("RSS at the end MB:", resident, f" together {sum(resident.values()):.0f}")
     if second:
         print(f"second version {second['workspace']}: {second['files']} files ({second['files_differing']} differ from the first), "
               f"indexed in {second['index_s']} s; windows embedded {second['windows_embedded']}, from the cache {second['windows_cached']} "

@@ -50,6 +50,7 @@ def test_variables_that_are_not_settings_are_accepted() -> None:
     ({"WSCTX_RERANK_THRESHOLD": "-1"}, "rerank_threshold must be between 0 and 1, not -1"),
     ({"WSCTX_SNIPPET_COUNT": "-3"}, "environment variable WSCTX_SNIPPET_COUNT: snippet_count must be at least 1, not -3"),
     ({"WSCTX_BUDGET_CHARS": "0"}, "budget_chars must be at least 1, not 0"),
+    ({"WSCTX_MALLOC_MMAP_THRESHOLD_KB": "65536"}, "malloc_mmap_threshold_kb must be between 0 and 32768, not 65536"),
     ({"WSCTX_ARROW_MEMORY_POOL": "tcmalloc"}, "environment variable WSCTX_ARROW_MEMORY_POOL: arrow_memory_pool 'tcmalloc': use system, jemalloc, mimalloc, ''"),
 ])
 def test_out_of_range_values_are_refused_with_the_range(env: dict[str, str], message: str) -> None:

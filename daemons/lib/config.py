@@ -138,6 +138,9 @@ class Runtime:
     lance_metadata_cache_mb: int = METADATA_CACHE_MB
     # glibc malloc arenas per daemon process (runtime.limit_malloc_arenas; 0: glibc's default, 8 per core)
     malloc_arenas: int = 2
+    # blocks of at least this many KB get their own mapping, returned when freed
+    # (runtime.fix_mmap_threshold; 0: glibc's threshold, which rises to the largest block freed)
+    malloc_mmap_threshold_kb: int = 0
     # Arrow's memory pool per daemon process (runtime.use_arrow_pool: system, jemalloc or mimalloc;
     # '': pyarrow's own, mimalloc, which keeps the pages of the buffers each table write frees)
     arrow_memory_pool: str = "system"
@@ -292,7 +295,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "rerank_top": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
     "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None),
     "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None),
-    "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "malloc_arenas": (0, None), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
+    "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "malloc_arenas": (0, None), "malloc_mmap_threshold_kb": (0, 32768), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
     "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
     "team_timeout_ms": (1, None), "index_nice": (0, 19), "vector_cache_rows": (0, None), "rerank_cache_pairs": (0, None), "question_deadline_ms": (0, None),

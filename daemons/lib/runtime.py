@@ -338,6 +338,24 @@ def limit_malloc_arenas(arenas: int) -> bool:
         return False
 
 
+#: glibc's ``mallopt`` parameter number of M_MMAP_THRESHOLD.
+_M_MMAP_THRESHOLD = -3
+
+
+def fix_mmap_threshold(kb: int) -> bool:
+    """Serve every allocation of at least *kb* KB from its own mapping, returned to the system when
+    freed (``mallopt(M_MMAP_THRESHOLD)``); True when applied. glibc's own threshold starts at
+    128 KB and rises to the largest block freed so far (up to 32 MB), so after the first batches
+    of a model's activations (tens of MB each) they come from the heap, and the heap keeps the
+    freed pages. 0 keeps glibc's rising threshold."""
+    if kb <= 0:
+        return False
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, int(kb) * 1024))
+    except (OSError, AttributeError):
+        return False
+
+
 def use_arrow_pool(name: str) -> str:
     """Make *name* (one of ``config.ARROW_POOLS``) the Arrow memory pool of this process; '' keeps
     pyarrow's default. Returns the pool in use, or '' when pyarrow is not loaded (then the choice
@@ -363,12 +381,13 @@ def use_arrow_pool(name: str) -> str:
 
 
 def run_daemon(service: Callable[[Any], Any]) -> None:
-    """A daemon's ``main``: load the settings, cap malloc's arenas, pick Arrow's memory pool, build
-    the service and run it."""
+    """A daemon's ``main``: load the settings, cap malloc's arenas and fix its mmap threshold, pick
+    Arrow's memory pool, build the service and run it."""
     from daemons.lib.config import load_settings
 
     settings = load_settings()
     limit_malloc_arenas(settings.malloc_arenas)
+    fix_mmap_threshold(settings.malloc_mmap_threshold_kb)
     use_arrow_pool(settings.arrow_memory_pool)
     service(settings).run()
 
