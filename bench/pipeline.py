@@ -3,7 +3,7 @@
 Starts watcher, chunker, embedder and searcher as processes on a copy of WORKSPACE, then reports:
 files, chunks and rows indexed; wall time to a full index; save-to-searchable latency (a unique
 word written into a file until a keyword search finds it; median and p95 of --saves); peak
-resident memory (VmHWM) of each daemon, and what each holds at the end (VmRSS). With ``--second`` (another version of the same repository,
+resident memory (VmHWM) of each daemon, and what each holds at the end, after SETTLE_S seconds of quiet (VmRSS). With ``--second`` (another version of the same repository,
 as a branch switch would leave it) that tree is then added as a second workspace, and the time to
 index it and the windows embedded against those the window cache held are reported (issue 20:
 a window embedded before is never embedded again). Prints a table and writes
@@ -35,6 +35,8 @@ from daemons.lib.workspaces import Registry, index_dir
 from protocol.schema import ReconcileRequest, StatusRequest, WorkspaceAddRequest
 
 DAEMONS = ["watcher", "chunker", "embedder", "searcher"]
+#: Seconds of quiet before the resident memory at the end is read (the embedder's idle work starts after 2).
+SETTLE_S = 4.0
 
 
 def vm_hwm_mb(pid: int, field: str = "VmHWM") -> float:
@@ -133,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         target.write_text(original)
         second = index_second(settings, tmp, args.second, args.timeout) if args.second else None
         memory = {name: round(vm_hwm_mb(p.pid), 1) for name, p in procs.items()}
+        time.sleep(SETTLE_S)  # idle, as a workspace is after indexing: the embedder trims what it freed
         resident = {name: round(vm_hwm_mb(p.pid, "VmRSS"), 1) for name, p in procs.items()}
         disk = sum(f.stat().st_size for f in Path(index_dir(settings.data_dir, wid)).rglob("*") if f.is_file())
     finally:

@@ -14,15 +14,20 @@ from daemons.lib.runtime import wait_ready
 def start_daemons(names: Iterable[str], env: dict[str, str], logs: Path, settings: Settings,
                   cwd: Path | None = None, ready_s: float = 90.0) -> dict[str, subprocess.Popen]:
     """``python -m daemons.<name>`` for each name, logging to ``logs/<name>.log``; returns once
-    every one answers on its control socket. A SIGTERM to the benchmark from then on exits it
+    every one answers on its control socket (when one does not, every one is stopped before the
+    error is raised). A SIGTERM to the benchmark from then on exits it
     through its ``finally`` (which stops them), instead of leaving them running."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     procs: dict[str, subprocess.Popen] = {}
     for name in names:
         procs[name] = subprocess.Popen([sys.executable, "-m", f"daemons.{name}"], env=env, cwd=cwd,
                                        stdout=open(logs / f"{name}.log", "w"), stderr=subprocess.STDOUT)
-    for name in procs:
-        wait_ready(settings.control_endpoint(name), timeout_s=ready_s)
+    try:
+        for name in procs:
+            wait_ready(settings.control_endpoint(name), timeout_s=ready_s)
+    except BaseException:  # one never came up: stop the others, which the caller holds no handle to
+        stop_daemons(procs.values())
+        raise
     return procs
 
 

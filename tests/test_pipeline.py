@@ -554,3 +554,21 @@ def test_a_questions_focus_file_gets_its_vectors_before_the_files_queued_ahead_o
     assert len(left_behind) >= 10, left_behind  # it jumped the files queued ahead of it
     assert d.counter("embedder", "files.vectors_first") == 1
     wait_synced(d, workspace)
+
+
+@pytest.mark.timeout(240)
+def test_the_embedder_gives_back_the_memory_indexing_freed_when_it_turns_idle(pipeline):
+    """Once a workspace is indexed and the embedder has been idle 2 s, it trims malloc's heap and says how much it gave back; with trim_when_idle off it keeps it."""
+    d, root, wid = pipeline
+    make_batch(root, 30)
+    d.start()
+    wait_synced(d, root)
+    wait_until(lambda: d.log_events("embedder", "memory_trimmed"), 30, message=lambda: d.log_tail())
+    trimmed = d.log_events("embedder", "memory_trimmed")[-1]
+    assert trimmed["released_mb"] > 0 and trimmed["resident_mb"] > 0, trimmed
+    d.terminate("embedder")
+    (root / "batch" / "late.py").write_text(py_module(99))
+    d.start("embedder", WSCTX_TRIM_WHEN_IDLE="false")
+    wait_synced(d, root)
+    time.sleep(3)  # past the 2 s after which the idle work runs
+    assert len(d.log_events("embedder", "memory_trimmed")) == 1

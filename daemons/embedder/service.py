@@ -294,6 +294,10 @@ class Embedder(VectorWork, runtime.Service):
                     t = threading.Thread(target=self._build_vector_index, args=(idx,), name="vector-index", daemon=True)
                     self.vector_index_builds[idx.wid] = t
                     t.start()
+        # what embedding and writing freed stays resident on malloc's heap until it is trimmed
+        before = runtime.resident_mb()
+        if self.s.trim_when_idle and runtime.trim_memory():
+            self.log.info("memory_trimmed", resident_mb=round(runtime.resident_mb(), 1), released_mb=round(before - runtime.resident_mb(), 1))
 
     def _build_vector_index(self, idx: WorkspaceIndex) -> None:
         """Build the ANN index in the background; indexing and queries go on meanwhile."""

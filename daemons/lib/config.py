@@ -144,6 +144,9 @@ class Runtime:
     # Arrow's memory pool per daemon process (runtime.use_arrow_pool: system, jemalloc or mimalloc;
     # '': pyarrow's own, mimalloc, which keeps the pages of the buffers each table write frees)
     arrow_memory_pool: str = "system"
+    # the embedder gives malloc's free pages back when it turns idle (runtime.trim_memory): what a
+    # model's activations and a table write's buffers freed stays resident otherwise
+    trim_when_idle: bool = True
     heartbeat_s: float = 1.0
 
 

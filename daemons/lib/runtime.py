@@ -356,6 +356,28 @@ def fix_mmap_threshold(kb: int) -> bool:
         return False
 
 
+def resident_mb() -> float:
+    """This process's resident memory now, in MB (``VmRSS``; 0.0 where /proc has none)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def trim_memory() -> bool:
+    """Give the pages glibc's malloc holds free back to the system (``malloc_trim(0)``); True when
+    some were. A daemon calls it when it turns idle: its working memory (a model's activations,
+    a table write's buffers) was freed but stays resident on the heap otherwise. A libc without
+    ``malloc_trim`` is left as it is."""
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 def use_arrow_pool(name: str) -> str:
     """Make *name* (one of ``config.ARROW_POOLS``) the Arrow memory pool of this process; '' keeps
     pyarrow's default. Returns the pool in use, or '' when pyarrow is not loaded (then the choice
