@@ -29,7 +29,7 @@ from pathlib import Path
 
 from daemons.lib.config import load_settings
 from bench.processes import start_daemons, stop_daemons
-from daemons.lib.runtime import control_request
+from daemons.lib.runtime import control_request, memory_mb
 from daemons.lib.store import IndexStore
 from daemons.lib.workspaces import Registry, index_dir
 from protocol.schema import ReconcileRequest, StatusRequest, WorkspaceAddRequest
@@ -37,15 +37,6 @@ from protocol.schema import ReconcileRequest, StatusRequest, WorkspaceAddRequest
 DAEMONS = ["watcher", "chunker", "embedder", "searcher"]
 #: Seconds of quiet before the resident memory at the end is read (the embedder's idle work starts after 2).
 SETTLE_S = 4.0
-
-
-def vm_hwm_mb(pid: int, field: str = "VmHWM") -> float:
-    """A process's peak resident memory in MB (``VmHWM``), or another ``/proc/PID/status`` field's
-    (``VmRSS``: resident now)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def wait_indexed(settings, wid: str, timeout: float) -> None:
@@ -134,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             latencies.append(time.perf_counter() - t0)
         target.write_text(original)
         second = index_second(settings, tmp, args.second, args.timeout) if args.second else None
-        memory = {name: round(vm_hwm_mb(p.pid), 1) for name, p in procs.items()}
+        memory = {name: round(memory_mb(p.pid, "VmHWM"), 1) for name, p in procs.items()}
         time.sleep(SETTLE_S)  # idle, as a workspace is after indexing: the embedder trims what it freed
-        resident = {name: round(vm_hwm_mb(p.pid, "VmRSS"), 1) for name, p in procs.items()}
+        resident = {name: round(memory_mb(p.pid), 1) for name, p in procs.items()}
         disk = sum(f.stat().st_size for f in Path(index_dir(settings.data_dir, wid)).rglob("*") if f.is_file())
     finally:
         stop_daemons(procs.values())

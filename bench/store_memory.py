@@ -40,21 +40,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemons.lib.config import INDEX_CACHE_MB, METADATA_CACHE_MB, Settings  # noqa: E402
+from daemons.lib.config import ARROW_POOLS, INDEX_CACHE_MB, METADATA_CACHE_MB, Settings  # noqa: E402
+from daemons.lib.runtime import memory_mb as rss_mb  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "store_memory.json"
 PACKAGES = ("structlog", "msgspec", "pathspec", "watchdog", "zmq", "supervisor", "tokenizers")
 DIM = 384
 SHIPPED = f"{INDEX_CACHE_MB},{METADATA_CACHE_MB},{Settings.malloc_arenas},{Settings.arrow_memory_pool}"
-#: Arrow's memory pools a variant may name (``ARROW_DEFAULT_MEMORY_POOL``).
-POOLS = ("mimalloc", "jemalloc", "system")
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+#: Arrow's memory pools a variant may name (``ARROW_DEFAULT_MEMORY_POOL``; '' is pyarrow's own).
+POOLS = tuple(p for p in ARROW_POOLS if p)
 
 
 def source_files(tree: Path | None) -> list[tuple[str, str]]:

@@ -295,9 +295,11 @@ class Embedder(VectorWork, runtime.Service):
                     self.vector_index_builds[idx.wid] = t
                     t.start()
         # what embedding and writing freed stays resident on malloc's heap until it is trimmed
-        before = runtime.resident_mb()
-        if self.s.trim_when_idle and runtime.trim_memory():
-            self.log.info("memory_trimmed", resident_mb=round(runtime.resident_mb(), 1), released_mb=round(before - runtime.resident_mb(), 1))
+        if self.s.trim_when_idle:
+            before = runtime.memory_mb()
+            if runtime.trim_memory():
+                after = runtime.memory_mb()
+                self.log.info("memory_trimmed", resident_mb=round(after, 1), released_mb=round(before - after, 1))
 
     def _build_vector_index(self, idx: WorkspaceIndex) -> None:
         """Build the ANN index in the background; indexing and queries go on meanwhile."""

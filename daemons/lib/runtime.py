@@ -330,10 +330,16 @@ def limit_malloc_arenas(arenas: int) -> bool:
     and searched 550 times, two arenas held the same work in 190 MB less (bench/store_memory.py).
     0 keeps glibc's default; a libc without ``mallopt`` (musl, macOS) is left as it is. Called
     before the daemon's threads start, as ``run_daemon`` does."""
-    if arenas <= 0:
+    return _mallopt(_M_ARENA_MAX, arenas)
+
+
+def _mallopt(param: int, value: int) -> bool:
+    """``mallopt(param, value)`` for a positive *value*; True when applied, False for 0 or where the
+    libc has no ``mallopt`` (musl, macOS)."""
+    if value <= 0:
         return False
     try:
-        return bool(ctypes.CDLL(None).mallopt(_M_ARENA_MAX, int(arenas)))
+        return bool(ctypes.CDLL(None).mallopt(param, int(value)))
     except (OSError, AttributeError):
         return False
 
@@ -348,19 +354,15 @@ def fix_mmap_threshold(kb: int) -> bool:
     128 KB and rises to the largest block freed so far (up to 32 MB), so after the first batches
     of a model's activations (tens of MB each) they come from the heap, and the heap keeps the
     freed pages. 0 keeps glibc's rising threshold."""
-    if kb <= 0:
-        return False
-    try:
-        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, int(kb) * 1024))
-    except (OSError, AttributeError):
-        return False
+    return _mallopt(_M_MMAP_THRESHOLD, kb * 1024)
 
 
-def resident_mb() -> float:
-    """This process's resident memory now, in MB (``VmRSS``; 0.0 where /proc has none)."""
+def memory_mb(pid: int | str = "self", field: str = "VmRSS") -> float:
+    """A process's memory in MB from ``/proc/PID/status``: resident now (``VmRSS``), or its peak
+    (``VmHWM``); 0.0 where /proc has none."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
