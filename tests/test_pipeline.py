@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import zmq
 
+from daemons.lib import catalog
 from daemons.lib.workspaces import index_dir
 from daemons.lib.store import IndexStore
 from protocol import envelope
@@ -304,6 +305,27 @@ def test_sigkill_mid_batch_then_restart_catches_up(pipeline, victim):
     (root / "batch" / "mod_00.py").write_text(py_module(100))  # a change made while it is down
     d.start(victim)
     wait_synced(d, root, 150)
+
+
+@pytest.mark.timeout(180)
+def test_the_watcher_reads_the_list_the_embedder_publishes_and_never_loads_lancedb(pipeline):
+    """The embedder publishes the table's {path: hash} list beside it after each change, and the watcher compares the disk with that list without ever loading LanceDB."""
+    d, root, wid = pipeline
+    make_workspace(root)
+    d.start()
+    wait_synced(d, root)
+    folder = index_dir(d.data_dir, wid)
+    wait_until(lambda: catalog.read(folder) == open_table(d.data_dir, root).catalog(), 30,
+               message=lambda: f"published {catalog.read(folder)}\ntable {open_table(d.data_dir, root).catalog()}")
+    (root / "pkg" / "cache" / "lru.go").unlink()
+    (root / "src" / "retry.py").write_text(PY + "\n\ndef published_later():\n    return 1\n")
+    wait_synced(d, root)
+    wait_until(lambda: catalog.read(folder) == open_table(d.data_dir, root).catalog(), 30)
+    assert "pkg/cache/lru.go" not in catalog.read(folder)
+    # the watcher saw both changes land (nothing in flight) from the published list alone
+    wait_until(lambda: d.status("watcher").details["workspaces"][wid]["pending"] == 0, 30, message=d.log_tail)
+    maps = Path(f"/proc/{d.pid('watcher')}/maps").read_text()
+    assert "lancedb" not in maps and "pyarrow" not in maps and "onnxruntime" not in maps
 
 
 @pytest.mark.timeout(180)

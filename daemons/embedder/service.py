@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from daemons.lib import runtime
+from daemons.lib import catalog, runtime
 from daemons.lib.config import Settings
 from daemons.lib.indexing import chunk_shape, index_meta, pending_hash
 from daemons.lib.store import IndexStore, RebuildNeeded, arrow_memory, cache_usage, configure_caches
@@ -46,7 +46,26 @@ WRITE_RETRY_S = 5.0
 class WorkspaceIndex:
     def __init__(self, wid: str, root: str, store: IndexStore | None, problem: str = "") -> None:
         self.wid, self.root, self.store, self.problem = wid, root, store, problem
-        self.catalog: dict[str, str] = store.catalog() if store else {}
+        self._generation = 0
+        self.catalog = store.catalog() if store else {}
+        #: ``version`` when the list was last published, and when (monotonic)
+        self.published: tuple[int, int] | None = None
+        self.published_at = 0.0
+
+    @property
+    def catalog(self) -> catalog.Catalog:
+        """``{path: content hash}`` of what the table holds, kept in step with every commit."""
+        return self._catalog
+
+    @catalog.setter
+    def catalog(self, files: dict[str, str]) -> None:
+        self._catalog = catalog.Catalog(files)
+        self._generation += 1
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """Changes whenever the list does."""
+        return self._generation, self._catalog.changes
 
 
 class Embedder(VectorWork, runtime.Service):
@@ -87,7 +106,12 @@ class Embedder(VectorWork, runtime.Service):
                 folder = index_dir(self.s.data_dir, wid)
                 try:
                     t0 = time.perf_counter()
+                    if not folder.exists():
+                        # the empty list goes first, so that the watcher never meets a table without one
+                        folder.mkdir(parents=True)
+                        catalog.publish(folder, {})
                     idx = WorkspaceIndex(wid, root, IndexStore.open_writer(folder, self._meta(root)))
+                    self._publish(idx)
                     if idx.store.file_keywords_filled:
                         self.log.info("file_keywords_added", workspace=wid, files=idx.store.file_keywords_filled,
                                       ms=round((time.perf_counter() - t0) * 1000, 1))
@@ -99,6 +123,27 @@ class Embedder(VectorWork, runtime.Service):
                     return WorkspaceIndex(wid, root, None, "")  # not kept: the next batch tries again
                 self.indexes[wid] = idx
             return idx
+
+    def _publish(self, idx: WorkspaceIndex) -> None:
+        """Write the table's file list for the watcher (``daemons/lib/catalog.py``). Raises OSError."""
+        version = idx.version
+        catalog.publish(index_dir(self.s.data_dir, idx.wid), idx.catalog)
+        idx.published, idx.published_at = version, time.monotonic()
+
+    def _publish_catalogs(self, throttle: bool = False) -> None:
+        """Publish each list that changed; with *throttle* (more messages wait) at most every PUBLISH_EVERY_S."""
+        now = time.monotonic()
+        due = [idx for idx in list(self.indexes.values()) if idx.store is not None and idx.published != idx.version
+               and (not throttle or now - idx.published_at >= catalog.PUBLISH_EVERY_S)]
+        if not due:
+            return
+        with self.lock:
+            for idx in due:
+                try:
+                    self._publish(idx)
+                except OSError as exc:  # a full disk: the old list stays (it lags, never leads); tried again
+                    idx.published_at = now
+                    self.log.error("catalog_publish_failed", workspace=idx.wid, error=f"{type(exc).__name__}: {exc}")
 
     def _write_failed(self, wid: str, path: str, exc: BaseException, event: str = "write_failed") -> None:
         """Count and log a failed write or table creation; the watcher is asked to re-send after WRITE_RETRY_S."""
@@ -434,13 +479,18 @@ class Embedder(VectorWork, runtime.Service):
                     self.handle(frames, backlog)
                 self.queue_depth = int(backlog) + len(self.vector_queue)
                 idle_since = time.monotonic()
+                self._publish_catalogs(throttle=backlog)
             elif self.vector_queue:  # nothing arrived: the vectors that wait, a group of files at a time
+                self._publish_catalogs()  # a group takes seconds: what was written before it shows meanwhile
                 self._embed_pending_group()
                 self.queue_depth = len(self.vector_queue)
                 idle_since = time.monotonic()
-            elif time.monotonic() - idle_since > 2.0:
-                self._optimize_idle()
-                idle_since = float("inf")
+                self._publish_catalogs()
+            else:
+                self._publish_catalogs()
+                if time.monotonic() - idle_since > 2.0:
+                    self._optimize_idle()
+                    idle_since = float("inf")
         control.join(timeout=2)
         query_thread.join(timeout=2)
         self.pull.close(0)

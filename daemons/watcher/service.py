@@ -3,8 +3,9 @@
 Events from watchdog are only hints. Every ``reconcile_interval_s`` (and on start, and whenever a
 downstream daemon asks after a restart) the watcher walks each workspace, hashes what it finds
 (re-reading only files whose size or mtime moved) and compares with the hashes the table
-holds: files new or different are sent as changed, files the table has and the disk does not
-are sent as deleted. So killing any daemon at any moment loses nothing once it is back.
+holds, as the embedder publishes them beside it (``daemons/lib/catalog.py``; the watcher does
+not load LanceDB): files new or different are sent as changed, files the table has and the disk
+does not are sent as deleted. So killing any daemon at any moment loses nothing once it is back.
 """
 from __future__ import annotations
 
@@ -19,11 +20,10 @@ import zmq
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from daemons.lib import runtime
+from daemons.lib import catalog, runtime
 from daemons.lib.config import Settings
 from daemons.lib.indexing import pending_hash
 from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file, newest_first
-from daemons.lib.store import IndexStore
 from daemons.lib.workspaces import Registry, index_dir
 from protocol import envelope
 from protocol.schema import FileChanged, FileDeleted, ReconcileReply, WorkspaceAddReply
@@ -250,9 +250,16 @@ class Watcher(runtime.Service):
     # ------------------------------------------------------------------ reconcile
 
     def _refresh_table(self, ws: WorkspaceState) -> None:
+        folder = index_dir(self.s.data_dir, ws.wid)
         try:
-            store = IndexStore.open_reader(index_dir(self.s.data_dir, ws.wid))
-            ws.table = store.catalog() if store else {}
+            listed = catalog.read(folder)
+            if listed is None and any(folder.glob("*.lance")):
+                # a table made before the embedder published its list, and the embedder has not
+                # opened it since: read the table itself (this loads LanceDB, once)
+                from daemons.lib.store import IndexStore
+                store = IndexStore.open_reader(folder)
+                listed = store.catalog() if store else {}
+            ws.table = listed or {}
         except Exception as exc:  # noqa: BLE001 - a table being rebuilt reads as empty
             self.log.warning("catalog_failed", workspace=ws.wid, error=str(exc))
             ws.table = {}
