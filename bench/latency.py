@@ -5,8 +5,9 @@ waits for the full index, then asks --questions questions (commit subjects of th
 from ../shared/eval/commits.jsonl when --repo is given, else generic questions): first warm
 (pool up), then cold (reranker idle time set to --idle seconds; each question waits until the
 pool is back at zero workers). The pair cache and the question deadline are off, so that every
-question is scored and the cold start is measured whole. Prints median and p95 per stage; writes
-bench/results/latency.json.
+question is scored and the cold start is measured whole. Prints median and p95 per stage, and
+each daemon's resident memory (reranker workers included) after the warm questions and a few
+seconds of quiet; writes bench/results/latency.json.
 
     python -m bench.latency --workspace /path/to/requests-2.32.3 --repo psf/requests --questions 30
 """
@@ -25,7 +26,8 @@ from pathlib import Path
 
 from daemons.cli import question_overrides
 from daemons.lib.config import load_settings
-from bench.processes import start_daemons, stop_daemons
+from bench.pipeline import SETTLE_S
+from bench.processes import daemon_memory_mb, start_daemons, stop_daemons
 from daemons.lib.runtime import Client, control_request
 from daemons.lib.workspaces import Registry
 from protocol.schema import AskRequest, AskSettings, StatusRequest
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             warm.append(ask(q))
             if overrides:
                 changed.append(ask(q, overrides))
+        time.sleep(SETTLE_S)  # quiet, as after an editor's questions: the embedder trims what indexing freed
+        results["rss_after_warm_mb"] = daemon_memory_mb(settings.runtime_dir)
         cold = []
         for q in qs:
             deadline = time.monotonic() + args.idle + 30
@@ -134,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         for stage, v in results[mode].items():  # type: ignore[union-attr]
             if isinstance(v, dict) and "median_ms" in v:
                 print(f"{stage:<18} {v['median_ms']:>10} {v['p95_ms']:>10}")
+    rss = results.get("rss_after_warm_mb")
+    if rss:
+        print(f"\nresident MB after the warm questions and {SETTLE_S:.0f} s of quiet: {rss}, together {sum(rss.values()):.0f}")
     Path(args.out).write_text(json.dumps(results, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0

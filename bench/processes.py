@@ -9,6 +9,7 @@ from typing import Iterable
 
 from daemons.lib.config import Settings
 from daemons.lib.runtime import wait_ready
+from daemons.supervision import daemon_name, processes_for
 
 
 def start_daemons(names: Iterable[str], env: dict[str, str], logs: Path, settings: Settings,
@@ -42,3 +43,19 @@ def stop_daemons(procs: Iterable[subprocess.Popen], timeout_s: float = 15.0) -> 
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def daemon_memory_mb(runtime_dir: str) -> dict[str, float]:
+    """Resident MB of each daemon (reranker workers summed as ``reranker.worker``) of this runtime dir."""
+    out: dict[str, float] = {}
+    for pid in processes_for(runtime_dir):
+        name = daemon_name(pid)
+        if name is None:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        rss = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0.0)
+        out[name] = round(out.get(name, 0.0) + rss, 1)
+    return dict(sorted(out.items()))

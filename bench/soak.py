@@ -36,25 +36,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.load import DEFAULT_SRC, pct, run_load  # noqa: E402
-from daemons.supervision import daemon_name, processes_for  # noqa: E402
+from bench.processes import daemon_memory_mb as memory_mb  # noqa: E402
 
 OUT = REPO / "bench" / "results" / "soak.json"
-
-
-def memory_mb(runtime_dir: str) -> dict[str, float]:
-    """Resident MB of each daemon (reranker workers summed as ``reranker.worker``) of this runtime dir."""
-    out: dict[str, float] = {}
-    for pid in processes_for(runtime_dir):
-        name = daemon_name(pid)
-        if name is None:
-            continue
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        rss = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0.0)
-        out[name] = round(out.get(name, 0.0) + rss, 1)
-    return dict(sorted(out.items()))
 
 
 def lance_cache_mb(settings: Any) -> dict[str, float]:
