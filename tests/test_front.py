@@ -665,13 +665,21 @@ def test_reranker_model_broken_falls_back_to_fused_order(stack):
 
 @pytest.mark.timeout(300)
 def test_searcher_stopped_is_still_answered(stack):
-    """With the searcher stopped the front searches the keywords itself and still answers."""
+    """With the searcher stopped the front searches the keywords itself and still answers; only then does it load LanceDB, which it never holds while the searcher answers."""
+    def front_maps() -> str:
+        return Path(f"/proc/{stack.d.pid('front')}/maps").read_text()
+
+    stack.ask("how is the config file parsed?")
+    assert "lancedb" not in front_maps() and not stack.d.status("front").details["tables_loaded"]
     stack.d.kill("searcher")
     try:
         reply = stack.ask("how is the config file parsed?")
         assert any("searcher unavailable" in d for d in reply.degraded)
         assert "keywords only" in reply.context_line
         assert code_blocks(reply) and code_blocks(reply)[0].path == "config_parser.py"
+        assert "lancedb" in front_maps()
+        details = stack.d.status("front").details
+        assert details["tables_loaded"] and details["arrow"]["pool"] == "system", details
     finally:
         stack.restart("searcher")
 

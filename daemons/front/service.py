@@ -31,9 +31,7 @@ from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.indexing import chunk_content_hash
 from daemons.lib.question import QueryPlan, plan_for
-from daemons.lib.search import settings_search, to_candidates
 from daemons.lib.security import curve_client_keys, secure_server_socket
-from daemons.lib.store import IndexStore, arrow_memory, cache_usage, configure_caches
 from daemons.lib.workspaces import Registry, index_dir, safe_relpath
 from models.cross_encoder import rerank_passage
 from protocol import envelope
@@ -90,7 +88,9 @@ class Front(runtime.Service):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self.registry = Registry(settings.data_dir)
-        configure_caches(settings.lance_index_cache_mb, settings.lance_metadata_cache_mb)
+        #: whether LanceDB was loaded, for a search of its own while the searcher is down
+        self.tables_loaded = False
+        self.tables_lock = threading.Lock()
         self.conversations = Conversations()
         self.local = threading.local()
         self.team_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="team")
@@ -331,7 +331,17 @@ class Front(runtime.Service):
 
     def _local_search(self, wid: str, qplan: QueryPlan, focus: list[str], s: Settings) -> tuple[list[Candidate], str]:
         """Keywords-only search in this process (the searcher is down), with the question's plan
-        made again with the workspace's term counts when the table has them."""
+        made again with the workspace's term counts when the table has them.
+
+        LanceDB and pyarrow (about 90 MB resident) are loaded here, on the first such search: while
+        the searcher answers, the front never holds them."""
+        from daemons.lib.search import settings_search, to_candidates
+        from daemons.lib.store import IndexStore, configure_caches
+
+        with self.tables_lock:
+            if not self.tables_loaded:
+                configure_caches(self.s.lance_index_cache_mb, self.s.lance_metadata_cache_mb)
+                self.tables_loaded = True
         store = IndexStore.open_reader(index_dir(self.s.data_dir, wid))
         if store is None:
             return [], qplan.keyword_query
@@ -340,6 +350,13 @@ class Front(runtime.Service):
             qplan = plan_for(qplan.question, s, counts[0])
         result = settings_search(store, qplan, None, focus, s)
         return to_candidates(result.candidates), qplan.keyword_query
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp, "tables_loaded": self.tables_loaded}
+        if self.tables_loaded:
+            from daemons.lib.store import arrow_memory, cache_usage
+            out.update(lance_cache=cache_usage(), arrow=arrow_memory())
+        return out
 
     def _ask_team(self, spec: str, question: str) -> list[Hit]:
         """Ask a team front (``tcp://host:port[#workspace]``); its blocks come back as team hits."""
@@ -376,7 +393,7 @@ class Front(runtime.Service):
                 sock.close(0)
                 raise SystemExit(f"front: {exc}") from None
         control = runtime.ControlServer(self.ctx, self.s.control_endpoint("front"), "front", self.log, self.stats, self.stop,
-                                        status_fn=lambda: {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp, "lance_cache": cache_usage(), "arrow": arrow_memory()})
+                                        status_fn=self.status)
         control.start()
         handlers = {"ask_request": self.ask}
         threads = []
