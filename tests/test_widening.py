@@ -99,3 +99,48 @@ def test_imports_block_capped_at_1200_whole_lines():
     kept = "".join(text.splitlines(keepends=True)[start - 1 : end])
     assert start == 1 and len(kept) <= 1200
     assert len(kept) + len(text.splitlines(keepends=True)[end]) > 1200
+
+
+def test_a_parsed_tree_is_kept_once_for_every_thread_and_each_reader_gets_its_own_copy():
+    """A file parsed by one thread is not parsed again by another; each caller gets a distinct copy of the same tree, and at most TREES_KEPT trees are kept."""
+    import threading
+
+    from daemons.lib import widening
+
+    text = _big_file("class Shared:\n" + _method("a", 3))
+    first = widening.parse_tree(text, "python")
+    hits = widening._trees.hits
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(widening.parse_tree(text, "python")))
+    t.start()
+    t.join(10)
+    assert widening._trees.hits == hits + 1
+    assert seen[0] is not first and str(seen[0].root_node) == str(first.root_node)
+    for i in range(widening.TREES_KEPT + 5):
+        widening.parse_tree(f"x_{i} = {i}\n", "python")
+    assert len(widening._trees) == widening.TREES_KEPT
+
+
+def test_threads_widening_the_same_files_at_once_get_the_answers_one_thread_gets():
+    """Sixteen threads widening and collecting imports from the same files at once, through the shared trees, give exactly the single-threaded answers."""
+    import threading
+
+    texts = [_big_file(f"class C{i}:\n" + _method("a", 3) + "\n" + _method("b", 3)) for i in range(6)]
+    spans = [(t, t.split("\n").index("    def b(self):") + 2) for t in texts]
+    expected = [(widen(t, "python", line, line + 1), imports_block(t, "python")) for t, line in spans]
+    errors: list[BaseException] = []
+    results: list[list] = []
+
+    def work() -> None:
+        try:
+            results.append([(widen(t, "python", line, line + 1), imports_block(t, "python")) for _ in range(20) for t, line in spans][-len(spans):])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(results) == 16
+    assert all(r == expected for r in results)

@@ -57,9 +57,12 @@ def _fallback_parser(language: str) -> Any:
     return cache[language]
 
 
-#: Parsed trees each thread keeps: a question widens and then collects imports from the same
-#: files, and the next questions mostly land in the same files again.
-TREES_KEPT = 32
+#: Parsed trees the process keeps, shared by the front's threads: a question widens and then
+#: collects imports from the same files, and the next questions mostly land in the same files
+#: again. Kept per thread, 16 threads held up to 16 copies of a file's tree.
+TREES_KEPT = 64
+_trees: LRU[tuple[str, bytes], Any] = LRU(TREES_KEPT)
+_trees_lock = threading.Lock()
 
 
 def parse_tree(text: str, language: str | None) -> Any:
@@ -68,21 +71,23 @@ def parse_tree(text: str, language: str | None) -> Any:
     Uses ``daemons.lib.chunking.parse`` (cached parsers) when that module is
     present, else tree-sitter-language-pack directly. Languages the chunker
     treats as having no grammar (``chunking.NO_GRAMMAR_LANGUAGES``, e.g.
-    markdown) give None. The last ``TREES_KEPT`` trees of this thread are kept
-    by (language, text digest) and returned again (a tree is read, never edited).
+    markdown) give None. The last ``TREES_KEPT`` trees are kept by (language,
+    text digest) for every thread, and each caller gets its own shallow copy
+    (``Tree.copy``, cheap): tree-sitter trees must not be read by two threads at once.
     """
     if not language:
         return None
-    kept: LRU[tuple[str, bytes], Any] | None = getattr(_local, "trees", None)
-    if kept is None:
-        kept = _local.trees = LRU(TREES_KEPT)
     key = (language, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
-    tree = kept.get(key)
-    if tree is None:
-        tree = _parse_tree(text, language)
+    with _trees_lock:
+        tree = _trees.get(key)
         if tree is not None:
-            kept.put(key, tree)
-    return tree
+            return tree.copy()
+    tree = _parse_tree(text, language)
+    if tree is None:
+        return None
+    with _trees_lock:
+        _trees.put(key, tree)
+        return tree.copy()
 
 
 def _parse_tree(text: str, language: str) -> Any:
