@@ -157,6 +157,10 @@ def test_team_link_over_curve(daemons, short_tmp) -> None:
     b.start("front", WSCTX_FRONT_TCP=f"tcp://0.0.0.0:{port}", WSCTX_CURVE_SECRET_KEY_FILE=str(keys["server_sec"]),
             WSCTX_CURVE_AUTHORIZED_KEYS_DIR=str(keys["authorized"]))
     wait_until(lambda: not table_mismatches(b.data_dir, root_b), 120, 0.3)
+    # B has no searcher: its first question loads the table library for a search of its own (seconds
+    # on a loaded machine), which is not what this test times, so B answers one question first
+    warm = AskRequest(question="invoice total", workspace=wid_b)
+    assert ask_once(zmq.Context.instance(), b.endpoint("front"), warm, 30000)[0] == "ok"
     # A: a local front (its own empty workspace) linked to B
     base_a = short_tmp / "a"
     env_a = daemon_env(base_a, team_fronts=f"tcp://127.0.0.1:{port}#{wid_b}", team_timeout_ms="8000")
