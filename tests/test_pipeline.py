@@ -329,6 +329,27 @@ def test_the_watcher_reads_the_list_the_embedder_publishes_and_never_loads_lance
 
 
 @pytest.mark.timeout(180)
+def test_a_file_list_that_cannot_be_written_is_logged_and_written_once_it_can(pipeline):
+    """When the published list cannot be replaced, the embedder logs it and goes on indexing, and publishes the list once it can."""
+    d, root, wid = pipeline
+    make_workspace(root)
+    d.start()
+    wait_synced(d, root)
+    folder = index_dir(d.data_dir, wid)
+    wait_until(lambda: catalog.read(folder) == open_table(d.data_dir, root).catalog(), 30)
+    listed = folder / catalog.CATALOG_FILE
+    listed.unlink()
+    listed.mkdir()  # os.replace onto a folder fails, as a full disk would
+    (root / "src" / "late.py").write_text(py_module(41))
+    wait_synced(d, root)
+    wait_until(lambda: d.log_events("embedder", "catalog_publish_failed"), 30, message=d.log_tail)
+    assert d.running("embedder")
+    listed.rmdir()
+    wait_until(lambda: (c := catalog.read(folder)) is not None and "src/late.py" in c and c == open_table(d.data_dir, root).catalog(), 30,
+               message=d.log_tail)
+
+
+@pytest.mark.timeout(180)
 def test_watcher_down_changes_are_caught_up(pipeline):
     """Files created, edited and deleted while the watcher is dead are in the table once it is back."""
     d, root, wid = pipeline

@@ -51,6 +51,8 @@ class WorkspaceIndex:
         #: ``version`` when the list was last published, and when (monotonic)
         self.published: tuple[int, int] | None = None
         self.published_at = 0.0
+        #: after a failed publish (full disk, read-only folder), not before this (monotonic)
+        self.publish_retry_at = 0.0
 
     @property
     def catalog(self) -> catalog.Catalog:
@@ -111,7 +113,7 @@ class Embedder(VectorWork, runtime.Service):
                         folder.mkdir(parents=True)
                         catalog.publish(folder, {})
                     idx = WorkspaceIndex(wid, root, IndexStore.open_writer(folder, self._meta(root)))
-                    self._publish(idx)
+                    self._publish(idx)  # a table that opens but whose folder is read-only: logged, tried again later
                     if idx.store.file_keywords_filled:
                         self.log.info("file_keywords_added", workspace=wid, files=idx.store.file_keywords_filled,
                                       ms=round((time.perf_counter() - t0) * 1000, 1))
@@ -125,25 +127,28 @@ class Embedder(VectorWork, runtime.Service):
             return idx
 
     def _publish(self, idx: WorkspaceIndex) -> None:
-        """Write the table's file list for the watcher (``daemons/lib/catalog.py``). Raises OSError."""
-        version = idx.version
-        catalog.publish(index_dir(self.s.data_dir, idx.wid), idx.catalog)
-        idx.published, idx.published_at = version, time.monotonic()
+        """Write the table's file list for the watcher (``daemons/lib/catalog.py``). When that fails
+        (a full disk) the previous list stays, which lags the table and never leads it: logged, and
+        tried again after WRITE_RETRY_S."""
+        version, now = idx.version, time.monotonic()
+        try:
+            catalog.publish(index_dir(self.s.data_dir, idx.wid), idx.catalog)
+        except OSError as exc:
+            idx.publish_retry_at = now + WRITE_RETRY_S
+            self.log.error("catalog_publish_failed", workspace=idx.wid, error=f"{type(exc).__name__}: {exc}")
+            return
+        idx.published, idx.published_at = version, now
 
     def _publish_catalogs(self, throttle: bool = False) -> None:
         """Publish each list that changed; with *throttle* (more messages wait) at most every PUBLISH_EVERY_S."""
         now = time.monotonic()
         due = [idx for idx in list(self.indexes.values()) if idx.store is not None and idx.published != idx.version
-               and (not throttle or now - idx.published_at >= catalog.PUBLISH_EVERY_S)]
+               and now >= idx.publish_retry_at and (not throttle or now - idx.published_at >= catalog.PUBLISH_EVERY_S)]
         if not due:
             return
         with self.lock:
             for idx in due:
-                try:
-                    self._publish(idx)
-                except OSError as exc:  # a full disk: the old list stays (it lags, never leads); tried again
-                    idx.published_at = now
-                    self.log.error("catalog_publish_failed", workspace=idx.wid, error=f"{type(exc).__name__}: {exc}")
+                self._publish(idx)
 
     def _write_failed(self, wid: str, path: str, exc: BaseException, event: str = "write_failed") -> None:
         """Count and log a failed write or table creation; the watcher is asked to re-send after WRITE_RETRY_S."""
