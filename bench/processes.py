@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterable
 
 from daemons.lib.config import Settings
-from daemons.lib.runtime import wait_ready
+from daemons.lib.runtime import memory_mb, wait_ready
 from daemons.supervision import daemon_name, processes_for
 
 
@@ -50,12 +50,7 @@ def daemon_memory_mb(runtime_dir: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for pid in processes_for(runtime_dir):
         name = daemon_name(pid)
-        if name is None:
-            continue
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        rss = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0.0)
-        out[name] = round(out.get(name, 0.0) + rss, 1)
+        rss = memory_mb(pid) if name is not None else 0.0
+        if rss:  # 0.0: gone since it was listed
+            out[name] = round(out.get(name, 0.0) + rss, 1)
     return dict(sorted(out.items()))

@@ -196,6 +196,14 @@ def wait_synced(d: Daemons, root: Path, timeout: float = INDEX_TIMEOUT) -> None:
     )
 
 
+def wait_published(d: Daemons, root: Path, wid: str) -> dict[str, str]:
+    """Wait until the list the embedder publishes beside the table equals the table's own; return it."""
+    folder = index_dir(d.data_dir, wid)
+    wait_until(lambda: catalog.read(folder) == open_table(d.data_dir, root).catalog(), 30,
+               message=lambda: f"published {catalog.read(folder)}\ntable {open_table(d.data_dir, root).catalog()}\n{d.log_tail()}")
+    return catalog.read(folder)
+
+
 def indexed_paths(d: Daemons, root: Path) -> set[str]:
     store = open_table(d.data_dir, root)
     return set(store.catalog()) if store else set()
@@ -314,14 +322,11 @@ def test_the_watcher_reads_the_list_the_embedder_publishes_and_never_loads_lance
     make_workspace(root)
     d.start()
     wait_synced(d, root)
-    folder = index_dir(d.data_dir, wid)
-    wait_until(lambda: catalog.read(folder) == open_table(d.data_dir, root).catalog(), 30,
-               message=lambda: f"published {catalog.read(folder)}\ntable {open_table(d.data_dir, root).catalog()}")
+    assert "pkg/cache/lru.go" in wait_published(d, root, wid)
     (root / "pkg" / "cache" / "lru.go").unlink()
     (root / "src" / "retry.py").write_text(PY + "\n\ndef published_later():\n    return 1\n")
     wait_synced(d, root)
-    wait_until(lambda: catalog.read(folder) == open_table(d.data_dir, root).catalog(), 30)
-    assert "pkg/cache/lru.go" not in catalog.read(folder)
+    assert "pkg/cache/lru.go" not in wait_published(d, root, wid)
     # the watcher saw both changes land (nothing in flight) from the published list alone
     wait_until(lambda: d.status("watcher").details["workspaces"][wid]["pending"] == 0, 30, message=d.log_tail)
     maps = Path(f"/proc/{d.pid('watcher')}/maps").read_text()
@@ -335,9 +340,8 @@ def test_a_file_list_that_cannot_be_written_is_logged_and_written_once_it_can(pi
     make_workspace(root)
     d.start()
     wait_synced(d, root)
-    folder = index_dir(d.data_dir, wid)
-    wait_until(lambda: catalog.read(folder) == open_table(d.data_dir, root).catalog(), 30)
-    listed = folder / catalog.CATALOG_FILE
+    wait_published(d, root, wid)
+    listed = index_dir(d.data_dir, wid) / catalog.CATALOG_FILE
     listed.unlink()
     listed.mkdir()  # os.replace onto a folder fails, as a full disk would
     (root / "src" / "late.py").write_text(py_module(41))
@@ -345,8 +349,7 @@ def test_a_file_list_that_cannot_be_written_is_logged_and_written_once_it_can(pi
     wait_until(lambda: d.log_events("embedder", "catalog_publish_failed"), 30, message=d.log_tail)
     assert d.running("embedder")
     listed.rmdir()
-    wait_until(lambda: (c := catalog.read(folder)) is not None and "src/late.py" in c and c == open_table(d.data_dir, root).catalog(), 30,
-               message=d.log_tail)
+    assert "src/late.py" in wait_published(d, root, wid)
 
 
 @pytest.mark.timeout(180)
