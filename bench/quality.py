@@ -48,6 +48,7 @@ from dataclasses import replace
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from bench.common import (
     EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_test_file, open_or_build, question_queries,
@@ -71,6 +72,25 @@ SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight"
 #: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
 ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight", "rerank_threshold")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
+
+
+def reranker_note(reranker: Any) -> str:
+    """The cross-encoder as the case runs name it: version and model file digest (the version
+    alone may name two candidates)."""
+    sha = (reranker.manifest.get("sha256") or {}).get(reranker.manifest.get("model_file", "model.int8.onnx"), "")
+    return f"{reranker.model_id} (model sha256 {sha[:12]})"
+
+
+def search_key(settings: Any, rerank_note: str) -> str:
+    """The case runs' folder name under an index: the search settings, the cross-encoder and the
+    role, search, fusion, mention and question code all change the cached rankings."""
+    rules = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
+    return "s" + hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in SEARCH_SETTINGS}, rerank_note, rules]).encode()).hexdigest()[:10]
+
+
+def caserun_file(runs: Path, case: dict) -> Path:
+    """One case's cached rankings in the folder *runs*."""
+    return runs / (hashlib.sha1((case["set"] + case["id"]).encode()).hexdigest()[:16] + ".json")
 
 
 def log(msg: str) -> None:
@@ -195,8 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             from models.cross_encoder import load_cross_encoder
 
             reranker = load_cross_encoder(args.reranker_dir, threads=2)
-            sha = (reranker.manifest.get("sha256") or {}).get(reranker.manifest.get("model_file", "model.int8.onnx"), "")
-            rerank_note = f"{reranker.model_id} (model sha256 {sha[:12]})"
+            rerank_note = reranker_note(reranker)
         except Exception as e:  # noqa: BLE001 - ModelUnavailable, ImportError ...
             rerank_note = f"unavailable: {e}"
             log(f"reranker {rerank_note}")
@@ -206,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     # the cached rankings depend on the search settings, the role, search and fusion code and the
     # reranker's file, so all of them name the folder
     search_settings = {k: getattr(settings, k) for k in SEARCH_SETTINGS}
-    rules = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
-    search_key = "s" + hashlib.sha1(json.dumps([search_settings, rerank_note, rules]).encode()).hexdigest()[:10]
+    key = search_key(settings, rerank_note)
     groups, skipped = select_cases(args.cases, cache, repos=args.repo, tags=args.tag, limit=args.limit, skip_repos=args.skip_repo)
     results: list[dict] = []
 
@@ -218,11 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         files, _ = workspace_files(tree, settings)
         indexed = {rel for rel, _ in files}
         bm25 = WholeFileBM25(files, suffixes=SUFFIXES.get(items[0][0].get("language", "python"), (".py",)))
-        runs = cache / "caseruns" / index_key(name, version, embedder.model_id, settings) / search_key
+        runs = cache / "caseruns" / index_key(name, version, embedder.model_id, settings) / key
         runs.mkdir(parents=True, exist_ok=True)
         log(f"  {name}-{version}: {len(items)} cases")
         for c, _ in items:
-            f = runs / (hashlib.sha1((c["set"] + c["id"]).encode()).hexdigest()[:16] + ".json")
+            f = caserun_file(runs, c)
             ranked: dict[str, list[str]] = json.loads(f.read_text()) if f.is_file() else {}
             q = c["query"]
             changed = False
@@ -297,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nreranker: {rerank_note}")
     doc = {
         "date": date.today().isoformat(), "embedder": embedder.model_id, "reranker": rerank_note,
-        "settings": {**search_settings, **{k: getattr(settings, k) for k in ORDER_SETTINGS}}, "search_key": search_key,
+        "settings": {**search_settings, **{k: getattr(settings, k) for k in ORDER_SETTINGS}}, "search_key": key,
         "args": {k: v for k, v in vars(args).items() if k != "cache"},
         "summary": summary, "skipped": skipped, "cases": results,
     }

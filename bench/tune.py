@@ -34,7 +34,7 @@ import numpy as np
 
 from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
-from bench.quality import select_cases
+from bench.quality import reranker_note, select_cases
 from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion, mentions as mentions_mod, question as question_mod, roles, search
@@ -151,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         from models.cross_encoder import load_cross_encoder
 
         reranker = load_cross_encoder(args.reranker_dir, threads=2)
-        sha = (reranker.manifest.get("sha256") or {}).get(reranker.manifest.get("model_file", "model.int8.onnx"), "")
-        rerank_id = f"{reranker.model_id} (model sha256 {sha[:12]})"  # the version alone may name two candidates
+        rerank_id = reranker_note(reranker)
     code = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
     key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", "test_weight", "doc_weight",
                                     "config_weight", "file_keyword_pool", "file_list", "path_mentions",

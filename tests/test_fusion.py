@@ -173,3 +173,22 @@ def test_rerank_order_weight_zero_is_fused_and_large_is_probability() -> None:
     assert rerank_order([], []) == []
     with pytest.raises(ValueError):
         rerank_order(["a.py"], [])
+
+
+def test_the_blend_rules_benchmark_measures_the_products_file_order_under_its_rank_rule():
+    """bench.blend_rules' ``rank`` rule orders files exactly as the product's final order, and a confident cross-encoder moves its file up under ``margin``."""
+    import random
+
+    from bench.blend_rules import file_order
+    from daemons.lib.pipeline import final_files
+
+    rng = random.Random(19)
+    for _ in range(200):
+        paths = [rng.choice("abcdefgh") for _ in range(rng.randint(1, 12))]
+        probs = [round(rng.random(), 3) for _ in paths]
+        k, w = rng.choice((0, 10, 60)), rng.choice((0.25, 0.5, 1.0, 2.0))
+        assert file_order(paths, probs, k, w) == final_files(paths, probs, k, w)
+    # fused order a, b, c; the cross-encoder is sure of c: rank votes leave it last, a large margin vote lifts it
+    paths, probs = ["a", "b", "c"], [0.05, 0.04, 0.99]
+    assert file_order(paths, probs, 60, 0.5)[0] == "a"
+    assert file_order(paths, probs, 60, 0.5, "margin", 8.0)[0] == "c"
