@@ -6,8 +6,10 @@ Takes Python source from packages installed in the running interpreter (numpy, l
 onnx, ...), cuts it into 600-character windows, and times ``Embedder.embed_documents``.
 Measures the committed int8 artifact and, when it was kept by
 ``python -m training.build_embedder --keep-fp32 models/.work/fp32``, the fp32 graph too; each
-``--compare DIR`` is another artifact (``training.build_embedder --fused --out DIR``). The repeats
-are interleaved across the variants, so a noisy machine weighs on each alike.
+``--compare DIR`` is another artifact (``training.build_embedder --fused --out DIR``, or ``--static``),
+and ``--sessions N`` adds the shipped artifact as N one-thread sessions embedding a share of the
+windows each at once. The repeats are interleaved across the variants, so a noisy machine weighs
+on each alike.
 Writes bench/results/embedder_speed.json.
 """
 
@@ -55,6 +57,28 @@ def code_windows(n: int, size: int = WINDOW) -> list[str]:
     return out
 
 
+class Sessions:
+    """*n* one-thread sessions of one artifact, each embedding every n-th window at once
+    (onnxruntime releases the GIL while it runs): parallel batches instead of parallel operators."""
+
+    def __init__(self, folder: Path, n: int):
+        from models.embedding import Embedder
+
+        self.parts = [Embedder(folder, threads=1) for _ in range(n)]
+        self.model_id = self.parts[0].model_id
+
+    def embed_documents(self, texts: list[str], batch_size: int = 16) -> np.ndarray:
+        from concurrent.futures import ThreadPoolExecutor
+
+        n = len(self.parts)
+        with ThreadPoolExecutor(n) as pool:
+            shares = list(pool.map(lambda i: self.parts[i].embed_documents(texts[i::n], batch_size), range(n)))
+        out = np.empty((len(texts), shares[0].shape[1]), np.float32)
+        for i, share in enumerate(shares):
+            out[i::n] = share
+        return out
+
+
 def measure(variants: list[tuple[str, object]], windows: list[str], repeats: int, batch: int = 16) -> dict[str, dict]:
     """Windows/s of each variant, the repeats interleaved (A, B, A, B ...) so that the machine's
     load falls on every variant alike."""
@@ -83,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--compare", type=Path, action="append", default=[], metavar="DIR",
                     help="another artifact folder (e.g. training.build_embedder --fused --out DIR), measured in the same run")
+    ap.add_argument("--sessions", type=int, default=0, metavar="N",
+                    help="also the shipped artifact as N one-thread sessions run at once, in the same run")
     args = ap.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
@@ -96,17 +122,19 @@ def main(argv: list[str] | None = None) -> int:
         variants.append(("fp32", Embedder(int8.folder, threads=args.threads, model_file=FP32_PATH, variant="fp32")))
     for folder in args.compare:
         variants.append((folder.name, Embedder(folder, threads=args.threads)))
+    if args.sessions:
+        variants.append((f"int8 {args.sessions}x1 thread", Sessions(int8.folder, args.sessions)))
 
     results: dict[str, dict] = measure(variants, windows, args.repeats)
     embs = {label: emb.embed_documents(windows) for label, emb in variants}
     if "fp32" in embs:
         cos = (embs["int8"] * embs["fp32"]).sum(1)
         results["int8_vs_fp32_cosine"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
-    for folder in args.compare:
+    for label in [label for label, _ in variants if label not in ("int8", "fp32")]:
         for ref in ("int8", "fp32"):
             if ref in embs:
-                cos = (embs[folder.name] * embs[ref]).sum(1)
-                results[f"{folder.name}_vs_{ref}_cosine"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
+                cos = (embs[label] * embs[ref]).sum(1)
+                results[f"{label}_vs_{ref}_cosine"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
 
     report = {
         "benchmark": "embedder_speed",

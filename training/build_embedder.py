@@ -448,6 +448,43 @@ def to_matmul_nbits(src: Path, dst: Path, block: int = 32, accuracy_level: int =
     onnx.save_model(m, str(dst))
 
 
+#: Windows of real code that calibrate ``--static`` (bench.embedder_speed's, batches of 16).
+CALIBRATION_WINDOWS = 256
+
+
+def quantize_static_int8(fp32_path: Path, int8_path: Path, tokenizer: Path, per_channel: bool) -> None:
+    """Static int8 (QOperator MatMuls, activation ranges fixed by MinMax over ``CALIBRATION_WINDOWS``
+    code windows) instead of dynamic: no per-run activation scaling, at the cost of fixed ranges."""
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from tokenizers import Tokenizer
+
+    from bench.embedder_speed import code_windows
+
+    tok = Tokenizer.from_file(str(tokenizer))
+    tok.enable_truncation(max_length=MAX_TOKENS)
+    tok.no_padding()
+    enc = tok.encode_batch(code_windows(CALIBRATION_WINDOWS))
+    feeds = []
+    for b in range(0, len(enc), 16):
+        part = enc[b:b + 16]
+        ids = np.zeros((len(part), max(len(e.ids) for e in part)), np.int64)
+        mask = np.zeros_like(ids)
+        for i, e in enumerate(part):
+            ids[i, :len(e.ids)], mask[i, :len(e.ids)] = e.ids, 1
+        feeds.append({"input_ids": ids, "attention_mask": mask})
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(fp32_path), str(int8_path), Reader(), quant_format=QuantFormat.QOperator, per_channel=per_channel,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                    calibrate_method=CalibrationMethod.MinMax, extra_options={"MatMulConstBOnly": True})
+
+
 def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: bool = False, fused: bool = False) -> None:
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -469,7 +506,8 @@ def quantize(fp32_path: Path, int8_path: Path, per_channel: bool, weight_only: b
 
 
 def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: bool = True,
-          weight_only: bool = False, log=print, weights: Path | None = None, name: str = NAME, fused: bool = False) -> dict:
+          weight_only: bool = False, log=print, weights: Path | None = None, name: str = NAME, fused: bool = False,
+          static: bool = False) -> dict:
     """Export, check and quantise; ``weights`` is a fine-tuned model's folder (``model.safetensors``,
     ``config.json``, ``tokenizer.json``: what ``training.train embedder`` writes) instead of the
     base package's."""
@@ -498,7 +536,10 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
         model = build_graph(w, cfg, fused=fused)
         onnx.save_model(model, str(fp32_path))
         log(f"fp32 graph: {fp32_path.stat().st_size / 1e6:.1f} MB ({'contrib operators' if fused else 'standard operators'})")
-        quantize(fp32_path, int8_path, per_channel, weight_only, fused)
+        if static:
+            quantize_static_int8(fp32_path, int8_path, src / "tokenizer.json", per_channel)
+        else:
+            quantize(fp32_path, int8_path, per_channel, weight_only, fused)
         log(f"int8 graph: {int8_path.stat().st_size / 1e6:.1f} MB (per_channel={per_channel}, weight_only={weight_only})")
         log("checks:")
         report = check_model(fp32_path, int8_path, src / "tokenizer.json", w, cfg, log=log)
@@ -530,7 +571,7 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
         "normalised": True,
         "prefixes": {"document": "", "query": ""},
         "quantisation": {
-            "tool": "onnxruntime.quantization.quantize_dynamic",
+            "tool": "onnxruntime.quantization." + ("quantize_static (MinMax over code windows)" if static else "quantize_dynamic"),
             "onnxruntime": metadata.version("onnxruntime"),
             "onnx": metadata.version("onnx"),
             "op_types": quantized_ops(fused),
@@ -538,6 +579,7 @@ def build(out: Path = DEFAULT_OUT, keep_fp32: Path | None = None, per_channel: b
             "weight_type": "QInt8",
             "per_channel": per_channel,
             "matmul": "MatMulNBits 8-bit weight-only, block 32" if weight_only
+            else "static (activation ranges fixed by calibration)" if static
             else "dynamic (activations quantised per tensor at run time: results depend slightly on batch)",
         },
         "build": {
@@ -566,9 +608,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default=NAME, help="the artifact's name in its manifest (a fine-tuned model's own)")
     ap.add_argument("--fused", action="store_true",
                     help="write each layer with onnxruntime's contrib operators (faster on CPU; another model id, so indexes re-embed)")
+    ap.add_argument("--static", action="store_true",
+                    help="static int8 calibrated on code windows instead of dynamic (measured slower and less exact: README)")
     args = ap.parse_args(argv)
     build(args.out, args.keep_fp32, per_channel=not args.per_tensor, weight_only=args.weight_only, weights=args.weights,
-          name=args.name, fused=args.fused)
+          name=args.name, fused=args.fused, static=args.static)
     return 0
 
 
