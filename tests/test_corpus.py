@@ -256,3 +256,25 @@ def test_the_pack_stores_each_passage_once_and_is_deterministic(tmp_path: Path) 
     # caps: one change query per repository, one negative each
     _, small = build(rows, split, changes=1, docs=1, positives=1, negatives=1, manifest_digest="d")
     assert small["queries"] == {"train_change": 1, "validation_change": 1}
+
+
+def test_long_lists_keep_every_teachable_long_question_and_draw_as_many_short_ones(tmp_path: Path) -> None:
+    """long_lists writes every teachable list whose question is issue-sized, then a seeded draw of as many short ones; lists without a gold and an other candidate are left out."""
+    from training.corpus import long_lists
+
+    def row(query: str, golds: list[bool]) -> dict:
+        return {"query": query, "rerank_query": query[:50], "candidates": [{"path": f"f{i}.py", "text": "x", "gold": g} for i, g in enumerate(golds)]}
+
+    src = tmp_path / "lists"
+    src.mkdir()
+    rows = [row("L" * 400, [True, False]), row("L" * 500, [True, True]), row("s1", [False, True]), row("s2", [True, False]),
+            row("s3", [False, False]), row("L" * 301, [False, True, False])]
+    with gzip.open(src / "a+b.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    assert long_lists.main(["--src", str(src), "--out", str(tmp_path / "out")]) == 0
+    with gzip.open(tmp_path / "out" / "lists.jsonl.gz", "rt", encoding="utf-8") as fh:
+        got = [json.loads(line)["query"] for line in fh]
+    assert got[:2] == ["L" * 400, "L" * 301]
+    assert sorted(got[2:]) == ["s1", "s2"]
+    long, short = long_lists.split_lists(src, keep_all=True)
+    assert (len(long), len(short)) == (3, 3)
