@@ -17,6 +17,7 @@ training/README.md, "Cross-encoder, CPU run 1"). This tool writes the second kin
 
     python -m training.corpus.product_lists [--per-repo 120] [--max-chunks 1400] [--repo OWNER/NAME ...]
     python -m training.corpus.product_lists --split validation --per-repo 60 --max-chunks 100000
+    python -m training.corpus.product_lists --long-only --per-repo 200 --max-chunks 100000 --out training/.work/lists-long-all
 
 Output: ``training/.work/lists/OWNER+NAME.jsonl.gz`` (one list per line) and ``.done`` beside it,
 so a rerun skips finished repositories. Nothing here is committed: the lists hold the sources' code.
@@ -59,10 +60,11 @@ def training_entries(max_chunks: int, names: list[str] | None, split: str = "tra
     return sorted(entries, key=lambda e: sizes[e["repo"]]["source_chunks"])
 
 
-def repo_lists(entry: dict, per_repo: int, cache: Path, settings, embedder, emb_cache, out: Path) -> int:
-    """Write *entry*'s lists to ``out/OWNER+NAME.jsonl.gz``; returns how many."""
+def repo_lists(entry: dict, per_repo: int, cache: Path, settings, embedder, emb_cache, out: Path, long_only: bool = False) -> int:
+    """Write *entry*'s lists to ``out/OWNER+NAME.jsonl.gz`` (only issue-sized questions with
+    *long_only*); returns how many."""
     repo, commit = entry["repo"], entry["commit"]
-    cases = manifest_cases([entry], per_repo, MINED, set_name=entry["split"])
+    cases = manifest_cases([entry], per_repo, MINED, long_only=long_only, set_name=entry["split"])
     if not cases:
         log(f"{repo}: no case")
         return 0
@@ -95,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="validation: the held-out repositories' lists, to measure with (training/.work/lists-val)")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
     ap.add_argument("--out", type=Path, default=None, help="default training/.work/lists (lists-val for validation)")
+    ap.add_argument("--long-only", action="store_true",
+                    help="only issue-sized questions (question.Analysis.is_long), the kind the eval's issue reports are")
     args = ap.parse_args(argv)
     args.out = args.out or (OUT if args.split == "train" else WORK / "lists-val")
     from models.embedding import load_embedder
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{entry['repo']}: no git directory (fetch it first)")
             continue
         t = time.perf_counter()
-        n = repo_lists(entry, args.per_repo, cache, settings, embedder, emb_cache, args.out)
+        n = repo_lists(entry, args.per_repo, cache, settings, embedder, emb_cache, args.out, args.long_only)
         done.write_text(str(n))
         total += n
         log(f"{entry['repo']}: {n} lists in {time.perf_counter() - t:.0f} s ({total} in all)")
