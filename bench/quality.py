@@ -81,11 +81,16 @@ def reranker_note(reranker: Any) -> str:
     return f"{reranker.model_id} (model sha256 {sha[:12]})"
 
 
+def ranking_code_digest() -> str:
+    """A digest of the role, search, fusion, mention and question code: any edit to them changes
+    the rankings a cache holds, so it names the cache (here and in ``bench.tune``)."""
+    return hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
+
+
 def search_key(settings: Any, rerank_note: str) -> str:
     """The case runs' folder name under an index: the search settings, the cross-encoder and the
-    role, search, fusion, mention and question code all change the cached rankings."""
-    rules = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
-    return "s" + hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in SEARCH_SETTINGS}, rerank_note, rules]).encode()).hexdigest()[:10]
+    ranking code (``ranking_code_digest``) all change the cached rankings."""
+    return "s" + hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in SEARCH_SETTINGS}, rerank_note, ranking_code_digest()]).encode()).hexdigest()[:10]
 
 
 def caserun_file(runs: Path, case: dict) -> Path:

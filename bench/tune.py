@@ -34,10 +34,10 @@ import numpy as np
 
 from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
-from bench.quality import reranker_note, select_cases
+from bench.quality import ranking_code_digest, reranker_note, select_cases
 from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
-from daemons.lib import fusion, mentions as mentions_mod, question as question_mod, roles, search
+from daemons.lib import fusion
 from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, weighted_fuse
 from daemons.lib.roles import file_role
 from daemons.lib.search import hybrid_search, question_params
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
         reranker = load_cross_encoder(args.reranker_dir, threads=2)
         rerank_id = reranker_note(reranker)
-    code = hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
+    code = ranking_code_digest()
     key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", "test_weight", "doc_weight",
                                     "config_weight", "file_keyword_pool", "file_list", "path_mentions",
                                     *SETTINGS[:5])}, code]).encode()).hexdigest()[:10]
