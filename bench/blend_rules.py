@@ -36,6 +36,7 @@ from bench.common import bench_settings, index_key
 from bench.quality import caserun_file, log, reranker_note, search_key, select_cases
 from bench.repos import DEFAULT_CACHE
 from daemons.lib.metrics import file_metrics, mean_metrics
+from daemons.lib.pipeline import final_files
 
 OUT = Path(__file__).resolve().parent / "results" / "blend_rules.json"
 WEIGHTS = (0.25, 0.5, 1.0, 2.0)
@@ -45,26 +46,18 @@ SCORE_WEIGHTS = (1.0, 2.0, 4.0, 8.0, 16.0)
 
 def file_order(paths: Sequence[str], weighted: Sequence[float], k: int, w: float, rule: str = "rank", alpha: float = 0.0) -> list[str]:
     """The files of chunks given in fused order (*paths*, one per chunk; *weighted*: each chunk's
-    probability times role weight) under *rule* (see the module doc); ``rule="rank"`` is
-    ``fusion.rerank_order``'s file order."""
-    files: list[str] = []
-    best: dict[str, float] = {}
+    probability times role weight) under *rule* (see the module doc). ``rank``, ``margin`` and
+    ``top`` are the product's own order (``pipeline.final_files``) with the cross-encoder's weight
+    scaled; ``score`` adds each file's best probability to its fused-rank key instead."""
+    best: dict[str, float] = {}  # each file's best probability, files in fused order
     for path, p in zip(paths, weighted):
-        if path not in best:
-            files.append(path)
-            best[path] = p
-        else:
-            best[path] = max(best[path], p)
-    probs = sorted(best.values(), reverse=True) + [0.0, 0.0]
-    key = {f: 1.0 / (k + 1 + i) for i, f in enumerate(files)}
-    if rule == "score":
-        for f in files:
-            key[f] += w * best[f] / (k + 1)
-    else:
-        vote = w * (1 + alpha * (probs[0] - probs[1])) if rule == "margin" else w * (1 + alpha * probs[0]) if rule == "top" else w
-        for r, i in enumerate(sorted(range(len(files)), key=lambda i: (-best[files[i]], i))):
-            key[files[i]] += vote / (k + 1 + r)
-    return sorted(files, key=lambda f: -key[f])  # stable: fused order on equal keys
+        best[path] = max(best.get(path, p), p)
+    if rule != "score":
+        p1, p2 = (sorted(best.values(), reverse=True) + [0.0, 0.0])[:2]
+        vote = w * (1 + alpha * (p1 - p2)) if rule == "margin" else w * (1 + alpha * p1) if rule == "top" else w
+        return final_files(paths, weighted, k, vote)
+    key = {f: 1.0 / (k + 1 + i) + w * best[f] / (k + 1) for i, f in enumerate(best)}
+    return sorted(best, key=lambda f: -key[f])  # stable: fused order on equal keys
 
 
 def rules(k: int) -> list[tuple[str, Callable[[dict], list[str]]]]:
