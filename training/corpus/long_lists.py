@@ -2,6 +2,8 @@
 
 The eval's issue reports are long questions; the training lists are mostly commit subjects (median
 55 characters, 10 % over 300). This writes every list whose question is longer than ``--min-chars``
+(default ``question.RERANK_QUERY_CHARS``: a longer question reaches the cross-encoder condensed; ``product_lists
+--long-only`` selects by ``question.Analysis.is_long`` instead, as it mines)
 and that can teach an order (a candidate from a modified file and one from elsewhere), plus
 ``--short`` times as many of the other teachable lists drawn at random (seeded), so a run on them
 does not forget short questions. With ``--short 0`` and ``--keep-all`` it makes the long half of the
@@ -20,8 +22,10 @@ import json
 import random
 from pathlib import Path
 
-#: A question longer than this is an issue-sized one (the question analysis's own bound for long).
-MIN_CHARS = 300
+from daemons.lib.question import RERANK_QUERY_CHARS
+
+#: A question longer than this is one the cross-encoder reads condensed (``question.rerank_query``).
+MIN_CHARS = RERANK_QUERY_CHARS
 
 
 def teaches(row: dict) -> bool:
