@@ -196,6 +196,16 @@ def wait_synced(d: Daemons, root: Path, timeout: float = INDEX_TIMEOUT) -> None:
     )
 
 
+def start_indexed(pipeline: tuple[Daemons, Path, str]) -> tuple[Daemons, Path, str, dict[str, str]]:
+    """Write the mixed workspace, start the daemons and wait until its table matches the disk;
+    returns the pipeline and ``make_workspace``'s skipped files."""
+    d, root, wid = pipeline
+    skipped = make_workspace(root)
+    d.start()
+    wait_synced(d, root)
+    return d, root, wid, skipped
+
+
 def wait_published(d: Daemons, root: Path, wid: str) -> dict[str, str]:
     """Wait until the list the embedder publishes beside the table equals the table's own; return it."""
     folder = index_dir(d.data_dir, wid)
@@ -212,10 +222,7 @@ def indexed_paths(d: Daemons, root: Path) -> set[str]:
 @pytest.mark.timeout(180)
 def test_mixed_workspace_is_indexed_and_skips_what_it_must(pipeline):
     """A mixed workspace is fully indexed, and ignored, binary, non-UTF-8, oversize, data and generated files get no rows (all but the ignored logged as file_skipped with the reason)."""
-    d, root, wid = pipeline
-    skipped = make_workspace(root)
-    d.start()
-    wait_synced(d, root)
+    d, root, wid, skipped = start_indexed(pipeline)
     paths = indexed_paths(d, root)
     assert {"src/retry.py", "src/config.ts", "pkg/cache/lru.go", "README.md", "sub/public.py"} <= paths
     assert not paths & set(skipped), paths & set(skipped)
@@ -237,10 +244,7 @@ def test_mixed_workspace_is_indexed_and_skips_what_it_must(pipeline):
 @pytest.mark.timeout(180)
 def test_edit_delete_rename_keep_table_in_step(pipeline):
     """Editing a file replaces its rows, deleting removes them, renaming moves them, and a newly ignored file loses its rows."""
-    d, root, wid = pipeline
-    make_workspace(root)
-    d.start()
-    wait_synced(d, root)
+    d, root, wid, _ = start_indexed(pipeline)
 
     retry = root / "src" / "retry.py"
     retry.write_text(PY.replace("fetch_with_retry", "fetch_with_zebraquokka_backoff"))
@@ -269,10 +273,7 @@ def test_edit_delete_rename_keep_table_in_step(pipeline):
 @pytest.mark.timeout(180)
 def test_unchanged_file_costs_nothing(pipeline):
     """Touching a file or rewriting the same bytes sends nothing, and a re-sent unchanged file is not re-embedded."""
-    d, root, wid = pipeline
-    make_workspace(root)
-    d.start()
-    wait_synced(d, root)
+    d, root, wid, _ = start_indexed(pipeline)
     wait_until(lambda: d.status("embedder").queue_depth == 0 and d.counter("embedder", "files.indexed") == len(indexed_paths(d, root)))
     indexed = d.counter("embedder", "files.indexed")
     sent = d.counter("watcher", "events.changed")
@@ -318,10 +319,7 @@ def test_sigkill_mid_batch_then_restart_catches_up(pipeline, victim):
 @pytest.mark.timeout(180)
 def test_the_watcher_reads_the_list_the_embedder_publishes_and_never_loads_lancedb(pipeline):
     """The embedder publishes the table's {path: hash} list beside it after each change, and the watcher compares the disk with that list without ever loading LanceDB."""
-    d, root, wid = pipeline
-    make_workspace(root)
-    d.start()
-    wait_synced(d, root)
+    d, root, wid, _ = start_indexed(pipeline)
     assert "pkg/cache/lru.go" in wait_published(d, root, wid)
     (root / "pkg" / "cache" / "lru.go").unlink()
     (root / "src" / "retry.py").write_text(PY + "\n\ndef published_later():\n    return 1\n")
@@ -336,10 +334,7 @@ def test_the_watcher_reads_the_list_the_embedder_publishes_and_never_loads_lance
 @pytest.mark.timeout(180)
 def test_a_file_list_that_cannot_be_written_is_logged_and_written_once_it_can(pipeline):
     """When the published list cannot be replaced, the embedder logs it and goes on indexing, and publishes the list once it can."""
-    d, root, wid = pipeline
-    make_workspace(root)
-    d.start()
-    wait_synced(d, root)
+    d, root, wid, _ = start_indexed(pipeline)
     wait_published(d, root, wid)
     listed = index_dir(d.data_dir, wid) / catalog.CATALOG_FILE
     listed.unlink()
@@ -355,10 +350,7 @@ def test_a_file_list_that_cannot_be_written_is_logged_and_written_once_it_can(pi
 @pytest.mark.timeout(180)
 def test_watcher_down_changes_are_caught_up(pipeline):
     """Files created, edited and deleted while the watcher is dead are in the table once it is back."""
-    d, root, wid = pipeline
-    make_workspace(root)
-    d.start()
-    wait_synced(d, root)
+    d, root, wid, _ = start_indexed(pipeline)
     d.kill("watcher", signal.SIGKILL)
     (root / "src" / "retry.py").write_text(PY + "\n\ndef added_while_down():\n    return 'watcher was dead'\n")
     (root / "README.md").unlink()
@@ -376,10 +368,7 @@ def test_watcher_down_changes_are_caught_up(pipeline):
 @pytest.mark.timeout(240)
 def test_changed_chunk_size_needs_rebuild_then_rebuilds(pipeline):
     """A table built with another chunk size is reported as rebuild needed and left unmixed until a rebuild_request rebuilds it (and a chunker still on the old size is refused)."""
-    d, root, wid = pipeline
-    make_workspace(root)
-    d.start()
-    wait_synced(d, root)
+    d, root, wid, _ = start_indexed(pipeline)
     store = open_table(d.data_dir, root)
     before = store.table.to_arrow().select(["id", "content_hash"]).to_pylist()
     assert store.meta["chunk_max_chars"] == 1000
