@@ -10,6 +10,7 @@ or the time until all are done. Prints a table and writes bench/results/big.json
 
     python -m bench.big                                   # sympy 1.7, at most 10 minutes
     python -m bench.big --workspace PATH --max-seconds 300 --set keywords_first=false
+    python -m bench.big --set embed_batch_tokens=0 --set embed_batch=16 --logs /tmp/big-logs
 """
 from __future__ import annotations
 
@@ -50,12 +51,31 @@ def snapshot(settings, wid: str) -> dict[str, Any]:
     }
 
 
+def group_times(log: Path) -> dict[str, float]:
+    """Seconds the embedder spent embedding and writing the waiting files' vectors, summed over its
+    ``indexed_vectors`` log lines (one per group of about ``PENDING_GROUP_WINDOWS`` windows)."""
+    embed_ms = write_ms = groups = 0.0
+    for line in log.read_text(errors="replace").splitlines():
+        if '"indexed_vectors"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        embed_ms += float(event.get("embed_ms") or 0)
+        write_ms += float(event.get("write_ms") or 0)
+        groups += 1
+    return {"groups": int(groups), "embed_s": round(embed_ms / 1000, 1), "write_s": round(write_ms / 1000, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workspace", type=Path, default=DEFAULT_SRC)
     ap.add_argument("--max-seconds", type=float, default=600.0)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting for the daemons (repeatable)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "big.json")
+    ap.add_argument("--logs", type=Path, default=None, metavar="DIR",
+                    help="keep the daemons' logs here (the embedder's indexed_vectors lines time each group)")
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="wsg", dir="/tmp"))
@@ -107,13 +127,19 @@ def main(argv: list[str] | None = None) -> int:
         "stopped_at_s": elapsed, "files_with_vectors_at_stop": last["with_vectors"],
         "windows_embedded_at_stop": last["windows_embedded"],
         "windows_per_s_after_keywords": round(rate, 1) if rate is not None else None,
+        "vector_groups": group_times(tmp / "embedder.log"),
         "samples": samples[:: max(1, len(samples) // 60)],
     }
-    print("files | keyword-searchable after | vectors done after | files with vectors at stop | windows/s")
+    groups = result["vector_groups"]
+    print("files | keyword-searchable after | vectors done after | files with vectors at stop | windows/s | groups: embed s / write s")
     print(f"{result['files']} | {keyword_ready_s} s | {vectors_done_s} s | {last['with_vectors']} at {elapsed} s | "
-          f"{result['windows_per_s_after_keywords']}")
+          f"{result['windows_per_s_after_keywords']} | {groups['groups']}: {groups['embed_s']} / {groups['write_s']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.logs is not None:
+        args.logs.mkdir(parents=True, exist_ok=True)
+        for name in DAEMONS:
+            shutil.copyfile(tmp / f"{name}.log", args.logs / f"{name}.log")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

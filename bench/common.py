@@ -90,15 +90,23 @@ class EmbedCache:
         self.db.commit()
 
 
-def embed_with_cache(embedder: Any, texts: list[str], cache: EmbedCache | None, batch: int) -> tuple[np.ndarray, int]:
-    """Vectors for ``texts`` (document side); returns (vectors, how many were computed)."""
+def settings_embedder(settings: Settings) -> Any:
+    """The settings' embedding model, batched by the settings' bounds, as the embedder daemon loads it."""
+    from models.embedding import load_embedder
+
+    return load_embedder(settings.embedder_model, batch_tokens=settings.embed_batch_tokens, batch_max=settings.embed_batch)
+
+
+def embed_with_cache(embedder: Any, texts: list[str], cache: EmbedCache | None) -> tuple[np.ndarray, int]:
+    """Vectors for ``texts`` (document side, the embedder's own batching); returns (vectors, how
+    many were computed)."""
     if cache is None:
-        return embedder.embed_documents(texts, batch_size=batch), len(texts)
+        return embedder.embed_documents(texts), len(texts)
     keys = [cache.key(t) for t in texts]
     have = cache.get_many(list(set(keys)))
     todo = sorted({k: i for i, k in enumerate(keys) if k not in have}.items(), key=lambda kv: kv[1])
     if todo:
-        vecs = embedder.embed_documents([texts[i] for _, i in todo], batch_size=batch)
+        vecs = embedder.embed_documents([texts[i] for _, i in todo])
         new = [(k, vecs[j]) for j, (k, _) in enumerate(todo)]
         cache.put_many(new)
         have.update(new)
@@ -158,7 +166,7 @@ def build_index(
         if not pending:
             return
         t = time.perf_counter()
-        vecs, n = embed_with_cache(embedder, pending_texts, cache, settings.embed_batch)
+        vecs, n = embed_with_cache(embedder, pending_texts, cache)
         st.embedded += n
         for r, v in zip(pending, vecs):
             r["vector"] = v

@@ -1,9 +1,14 @@
-"""Embedding throughput on 600-character windows of real code (batch 16).
+"""Embedding throughput on 600-character windows of real code.
 
-Run:  python -m bench.embedder_speed [--threads N] [--repeats R] [--windows W] [--compare DIR ...]
+Run:  python -m bench.embedder_speed [--threads N] [--repeats R] [--windows W] [--workspace DIR]
+                                     [--compare DIR ...] [--batch N ...]
 
 Takes Python source from packages installed in the running interpreter (numpy, lancedb,
-onnx, ...), cuts it into 600-character windows, and times ``Embedder.embed_documents``.
+onnx, ...), cuts it into 600-character windows, and times ``Embedder.embed_documents``; with
+``--workspace DIR``, the windows are those the product embeds for that tree (its files in a fixed
+shuffled order, ``plan_rows``: path, chunk context and overlap included). Batches follow the
+shipped rule (``models.batching``: at most ``embed_batch_tokens`` padded tokens); each ``--batch N``
+adds the shipped artifact again with N windows per batch (16: the rule before 2026-12-05).
 Measures the committed int8 artifact and, when it was kept by
 ``python -m training.build_embedder --keep-fp32 models/.work/fp32``, the fp32 graph too; each
 ``--compare DIR`` is another artifact (``training.build_embedder --fused --out DIR``, or ``--static``),
@@ -67,7 +72,7 @@ class Sessions:
         self.parts = [Embedder(folder, threads=1) for _ in range(n)]
         self.model_id = self.parts[0].model_id
 
-    def embed_documents(self, texts: list[str], batch_size: int = 16) -> np.ndarray:
+    def embed_documents(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         from concurrent.futures import ThreadPoolExecutor
 
         n = len(self.parts)
@@ -79,24 +84,47 @@ class Sessions:
         return out
 
 
-def measure(variants: list[tuple[str, object]], windows: list[str], repeats: int, batch: int = 16) -> dict[str, dict]:
-    """Windows/s of each variant, the repeats interleaved (A, B, A, B ...) so that the machine's
-    load falls on every variant alike."""
-    rates: dict[str, list[float]] = {label: [] for label, _ in variants}
-    for _, emb in variants:
-        emb.embed_documents(windows[:batch], batch_size=batch)  # warm-up
+def workspace_windows(root: Path, n: int) -> list[str]:
+    """The first ``n`` texts the product would embed for the tree at ``root``, its files taken in a
+    fixed shuffled order (so one large file does not make up the sample)."""
+    import random
+
+    from daemons.lib.chunking import file_chunks
+    from daemons.lib.config import Settings
+    from daemons.lib.filtering import indexable_files
+    from daemons.lib.indexing import plan_rows
+
+    settings = Settings()
+    files, _ = indexable_files(root)
+    random.Random(1).shuffle(files)
+    out: list[str] = []
+    for rel, data in files:
+        _, texts = plan_rows(rel, "", file_chunks(data.decode("utf-8"), rel), settings)
+        out += texts
+        if len(out) >= n:
+            break
+    return out[:n]
+
+
+def measure(variants: list[tuple[str, object, int | None]], windows: list[str], repeats: int) -> dict[str, dict]:
+    """Windows/s of each (label, embedder, windows per batch or None for the embedder's own rule),
+    the repeats interleaved (A, B, A, B ...) so that the machine's load falls on every variant alike."""
+    rates: dict[str, list[float]] = {label: [] for label, _, _ in variants}
+    for _, emb, batch in variants:
+        emb.embed_documents(windows[:16], batch_size=batch)  # warm-up
     for _ in range(repeats):
-        for label, emb in variants:
+        for label, emb, batch in variants:
             t = time.perf_counter()
             emb.embed_documents(windows, batch_size=batch)
             rates[label].append(len(windows) / (time.perf_counter() - t))
     return {label: {
         "model_id": emb.model_id,
+        "batching": f"{batch} windows" if batch else "shipped rule",
         "windows_per_s_median": round(statistics.median(rates[label]), 2),
         "windows_per_s_min": round(min(rates[label]), 2),
         "windows_per_s_max": round(max(rates[label]), 2),
         "repeats": [round(r, 2) for r in rates[label]],
-    } for label, emb in variants}
+    } for label, emb, batch in variants}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--windows", type=int, default=64)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--workspace", type=Path, default=None, metavar="DIR",
+                    help="the windows the product embeds for this tree, instead of slices of installed packages")
+    ap.add_argument("--batch", type=int, action="append", default=[], metavar="N",
+                    help="also the shipped artifact with N windows per batch, in the same run (16: the earlier rule)")
     ap.add_argument("--compare", type=Path, action="append", default=[], metavar="DIR",
                     help="another artifact folder (e.g. training.build_embedder --fused --out DIR), measured in the same run")
     ap.add_argument("--sessions", type=int, default=0, metavar="N",
@@ -114,25 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from models.embedding import Embedder, load_embedder
 
-    windows = code_windows(args.windows)
+    windows = workspace_windows(args.workspace, args.windows) if args.workspace else code_windows(args.windows)
     int8 = load_embedder(threads=args.threads)
     toks = [len(e.ids) for e in int8._tok.encode_batch(windows)]
-    variants = [("int8", int8)]
+    variants: list[tuple[str, object, int | None]] = [("int8", int8, None)]
+    variants += [(f"int8 {n} per batch", int8, n) for n in args.batch]
     if FP32_PATH.exists():
-        variants.append(("fp32", Embedder(int8.folder, threads=args.threads, model_file=FP32_PATH, variant="fp32")))
+        # one window per batch: fp32 is the reference, with nothing from its batch companions
+        variants.append(("fp32", Embedder(int8.folder, threads=args.threads, model_file=FP32_PATH, variant="fp32"), 1))
     for folder in args.compare:
-        variants.append((folder.name, Embedder(folder, threads=args.threads)))
+        variants.append((folder.name, Embedder(folder, threads=args.threads), None))
     if args.sessions:
-        variants.append((f"int8 {args.sessions}x1 thread", Sessions(int8.folder, args.sessions)))
+        variants.append((f"int8 {args.sessions}x1 thread", Sessions(int8.folder, args.sessions), None))
 
-    results: dict[str, dict] = measure(variants, windows, args.repeats)
-    embs = {label: emb.embed_documents(windows) for label, emb in variants}
-    if "fp32" in embs:
-        cos = (embs["int8"] * embs["fp32"]).sum(1)
-        results["int8_vs_fp32_cosine"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
-    for label in [label for label, _ in variants if label not in ("int8", "fp32")]:
+    results: dict[str, dict] = measure([v for v in variants if v[0] != "fp32"], windows, args.repeats)
+    embs = {label: emb.embed_documents(windows, batch_size=batch) for label, emb, batch in variants}
+    for label in [label for label, _, _ in variants if label != "fp32"]:
         for ref in ("int8", "fp32"):
-            if ref in embs:
+            if ref in embs and ref != label:
                 cos = (embs[label] * embs[ref]).sum(1)
                 results[f"{label}_vs_{ref}_cosine"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
 
@@ -140,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "embedder_speed",
         "window_chars": WINDOW,
         "windows": len(windows),
-        "batch_size": 16,
+        "source": str(args.workspace) if args.workspace else "installed packages",
+        "batch_tokens": int8.batch_tokens,
+        "batch_max": int8.batch_max,
         "tokens_per_window_mean": round(float(np.mean(toks)), 1),
         "tokens_per_window_max": int(max(toks)),
         "threads": int8.threads,
@@ -153,12 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
 
-    print(f"{len(windows)} windows x {WINDOW} chars, ~{report['tokens_per_window_mean']} tokens, batch 16, "
-          f"{int8.threads} threads, load avg {report['load_average_1m']}")
-    print(f"{'variant':16s} {'median/s':>9s} {'min/s':>8s} {'max/s':>8s}  model_id")
-    for label, _ in variants:
+    print(f"{len(windows)} windows from {report['source']}, ~{report['tokens_per_window_mean']} tokens, shipped batches "
+          f"of at most {int8.batch_tokens} padded tokens and {int8.batch_max} windows, {int8.threads} threads, "
+          f"load avg {report['load_average_1m']}")
+    print(f"{'variant':20s} {'median/s':>9s} {'min/s':>8s} {'max/s':>8s}  model_id")
+    for label, _, _ in variants:
+        if label not in results:
+            continue
         r = results[label]
-        print(f"{label:16s} {r['windows_per_s_median']:9.1f} {r['windows_per_s_min']:8.1f} "
+        print(f"{label:20s} {r['windows_per_s_median']:9.1f} {r['windows_per_s_min']:8.1f} "
               f"{r['windows_per_s_max']:8.1f}  {r['model_id']}")
     for key, c in results.items():
         if key.endswith("_cosine"):

@@ -16,7 +16,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from bench.common import bench_settings
+from bench.common import bench_settings, settings_embedder
 from bench.speed import OUT, machine, queries_for, stats_ms
 from daemons.lib.keywords import query_keywords
 from daemons.lib.fusion import FILE_LISTS
@@ -32,7 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="times each question is asked on every path")
     ap.add_argument("--out", default=str(OUT / "file_list.json"))
     args = ap.parse_args(argv)
-    from models.embedding import load_embedder
 
     settings = bench_settings()
     store = IndexStore.open_reader(Path(args.index).expanduser())
@@ -44,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         store = IndexStore.open_writer(store.folder, store.meta)  # fills the column, then optimises
         migration_s = round(time.perf_counter() - t0, 1)
         print(f"added the whole-file column in {migration_s} s")
-    embedder = load_embedder(settings.embedder_model)
+    embedder = settings_embedder(settings)
     qs = queries_for(args.name, args.queries)
     if not qs:
         raise SystemExit(f"no eval questions for {args.name}")

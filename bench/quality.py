@@ -52,7 +52,7 @@ from typing import Any
 
 from bench.common import (
     EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_test_file, open_or_build, question_queries,
-    robustness, robustness_table, workspace_files,
+    robustness, robustness_table, settings_embedder, workspace_files,
 )
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.validation import LONG_LIMIT, SUFFIXES, validation_cases, validation_tree
@@ -204,15 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cache = Path(args.cache).expanduser()
 
-    from models.embedding import load_embedder
-
     settings = bench_settings()
     if args.embedder:
         settings.embedder_model = args.embedder
     problem = apply_overrides(settings, args.set, (*SEARCH_SETTINGS, *ORDER_SETTINGS))
     if problem:
         ap.error(problem)
-    embedder = load_embedder(settings.embedder_model)
+    embedder = settings_embedder(settings)
     emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
     reranker, rerank_note = None, ""
     if not args.no_rerank:

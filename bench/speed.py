@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.common import WholeFileBM25, bench_settings, build_index, index_key, pct, workspace_files
+from bench.common import WholeFileBM25, bench_settings, build_index, index_key, pct, settings_embedder, workspace_files
 from bench.repos import DEFAULT_CACHE, PYPI_NAMES, fetch_tree, load_cases
 from daemons.lib.chunking import ChunkSettings, chunk_text
 from daemons.lib.filtering import content_hash
@@ -308,9 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     parts = args.part or ["index", "latency"]
     cache = Path(args.cache).expanduser()
-    from models.embedding import load_embedder
 
-    embedder = load_embedder(bench_settings().embedder_model)
+    embedder = settings_embedder(bench_settings())
     out_file = Path(args.out) if args.out else OUT / ("speed_scale.json" if parts == ["scale"] else "speed.json")
     doc = json.loads(out_file.read_text()) if out_file.is_file() else {}
     doc.update({"date": date.today().isoformat(), "machine": machine(), "embedder": embedder.model_id})

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries
+from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries, settings_embedder
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.quality import ranking_code_digest, reranker_note, select_cases
 from daemons.lib import pipeline
@@ -136,15 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache).expanduser()
     out = Path(args.out or (OUT.with_name(f"tune_{args.cases}.json")))
 
-    from models.embedding import load_embedder
-
     settings = bench_settings()
     if args.embedder:
         settings.embedder_model = args.embedder
     problem = apply_overrides(settings, args.set, SETTINGS)
     if problem:
         ap.error(problem)
-    embedder = load_embedder(settings.embedder_model)
+    embedder = settings_embedder(settings)
     emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
     reranker, rerank_id = None, ""
     if args.rerank:

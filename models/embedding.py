@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.batching import BATCH_MAX, BATCH_TOKENS, batch_plan
 from models.manifest import ModelUnavailable, read_manifest, sha256_file, verify
 
 DEFAULT_NAME = "minilm-l6-v2"
@@ -29,8 +30,13 @@ def _folder_for(name: str | None) -> Path:
     return ARTIFACTS_DIR / (name or DEFAULT_NAME)
 
 
-def load_embedder(name: str | None = None, threads: int | None = None) -> "Embedder":
-    """Open and verify the artifact folder; raises :class:`ModelUnavailable` when it is unusable."""
+def load_embedder(name: str | None = None, threads: int | None = None, batch_tokens: int = BATCH_TOKENS,
+                  batch_max: int = BATCH_MAX) -> "Embedder":
+    """Open and verify the artifact folder; raises :class:`ModelUnavailable` when it is unusable.
+    ``batch_tokens`` and ``batch_max`` bound the batches of ``embed_documents`` (``models.batching``);
+    ``batch_max < 1`` raises ``ValueError``."""
+    if batch_max < 1:
+        raise ValueError("batch_max must be >= 1")
     folder = _folder_for(name)
     problems = verify(folder)
     if problems:
@@ -38,7 +44,7 @@ def load_embedder(name: str | None = None, threads: int | None = None) -> "Embed
             f"embedding model at {folder} is unusable: " + "; ".join(problems) + f". {BUILD_HINT}"
         )
     try:
-        return Embedder(folder, threads=threads)
+        return Embedder(folder, threads=threads, batch_tokens=batch_tokens, batch_max=batch_max)
     except ModelUnavailable:
         raise
     except Exception as e:  # onnxruntime / tokenizers refused the files
@@ -49,11 +55,15 @@ class Embedder:
     """Tokenise + run the ONNX graph; rows are mean-pooled and L2-normalised (float32)."""
 
     def __init__(self, folder: str | Path, threads: int | None = None, model_file: str | Path | None = None,
-                 variant: str | None = None):
+                 variant: str | None = None, batch_tokens: int = BATCH_TOKENS, batch_max: int = BATCH_MAX):
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
         self.folder = Path(folder)
+        if batch_max < 1:
+            raise ValueError("batch_max must be >= 1")
+        self.batch_tokens = int(batch_tokens)
+        self.batch_max = int(batch_max)
         m = read_manifest(self.folder)
         self.manifest = m
         self.name: str = m["name"]
@@ -110,21 +120,26 @@ class Embedder:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.maximum(norms, 1e-12)
 
-    def _embed(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def _embed(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        """Vectors of *texts* in their order. Batches follow ``batch_plan`` with this embedder's
+        bounds, or hold ``batch_size`` texts each when it is given (shortest first either way, so
+        that a batch pads to similar lengths)."""
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         encodings = self._tok.encode_batch(list(texts))
-        # sort by length so each batch pads to similar lengths; restore order afterwards
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        lengths = [len(e.ids) for e in encodings]
+        if batch_size is None:
+            plan = batch_plan(lengths, self.batch_tokens, self.batch_max)
+        else:
+            plan = batch_plan(lengths, 0, max(1, int(batch_size)))
         out = np.empty((len(texts), self.dim), np.float32)
-        bs = max(1, int(batch_size))
-        for s in range(0, len(order), bs):
-            idx = order[s : s + bs]
+        for idx in plan:
             out[idx] = self._run([encodings[i] for i in idx])
         return out
 
-    def embed_documents(self, texts: list[str], batch_size: int = 16) -> np.ndarray:
-        """Embed documents (document prefix applied); float32 (n, dim), rows L2-normalised."""
+    def embed_documents(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        """Embed documents (document prefix applied); float32 (n, dim), rows L2-normalised.
+        Without ``batch_size``, batches are bounded by padded tokens (``models.batching``)."""
         p = self.document_prefix
         return self._embed([p + t for t in texts], batch_size)
 

@@ -69,13 +69,24 @@ def test_query_prefers_relevant_code(emb):
     assert float(d[0] @ q) > float(d[1] @ q) + 0.1
 
 
-def test_batch_matches_single(emb):
-    """Embedding texts in one padded batch gives nearly the same vectors as one at a time."""
+@pytest.mark.parametrize("rule", [{"batch_size": 16}, {}], ids=["16 per batch", "token-bounded"])
+def test_batch_matches_single(emb, rule):
+    """Embedding texts in padded batches gives nearly the same vectors as one at a time."""
     # dynamic int8 quantises activations per tensor, so batch companions move rows slightly
-    batch = emb.embed_documents(TEXTS, batch_size=16)
+    batch = emb.embed_documents(TEXTS, **rule)
     single = np.stack([emb.embed_documents([t])[0] for t in TEXTS])
     cos = np.sum(batch * single, axis=1)
     assert cos.min() > 0.95 and cos.mean() > 0.98
+
+
+def test_small_token_budget_keeps_rows_in_order():
+    """An embedder with a tiny token budget (many batches) returns each text's vector in its place."""
+    tight = load_embedder(threads=1, batch_tokens=64, batch_max=2)
+    many = tight.embed_documents(TEXTS)
+    single = np.stack([tight.embed_documents([t], batch_size=1)[0] for t in TEXTS])
+    assert np.sum(many * single, axis=1).min() > 0.95
+    with pytest.raises(ValueError):
+        load_embedder(batch_max=0)
 
 
 def test_order_preserved(emb):

@@ -454,7 +454,8 @@ class Embedder(VectorWork, runtime.Service):
         if self.query_model is not None:
             try:
                 t0 = time.perf_counter()
-                self.model = load_embedder(self.s.embedder_model, threads=self.s.embed_threads or None)
+                self.model = load_embedder(self.s.embedder_model, threads=self.s.embed_threads or None,
+                                           batch_tokens=self.s.embed_batch_tokens, batch_max=self.s.embed_batch)
                 self.log.info("model_loaded", model=self.model.model_id, dim=self.model.dim, ms=round((time.perf_counter() - t0) * 1000, 1))
             except ModelUnavailable as exc:
                 self.model_error = str(exc)

@@ -29,6 +29,7 @@ from daemons.lib.windows import WINDOW_CHARS, WINDOW_OVERLAP
 from daemons.lib.echoes import QUESTION_COPY_WEIGHT
 from daemons.lib.roles import CONFIG_WEIGHT, DOC_WEIGHT, TEST_WEIGHT
 from daemons.lib.question import DENSE_MAX_WINDOWS, DENSE_QUERIES, KEYWORD_MAX_TERMS, RERANK_QUERY_CHARS, WHOLE
+from models.batching import BATCH_MAX, BATCH_TOKENS
 
 APP = "wsctx"
 #: ``ranking`` values: the settings chosen on validation cases, or SPEC §2's ranking.
@@ -109,7 +110,10 @@ class IndexShape:
 class Embedding:
     """The embedder's indexing work."""
 
-    embed_batch: int = 16
+    # texts per embedding batch at most, and padded tokens per batch (models.batching: small batches
+    # keep onnxruntime's fresh allocations small; 0 tokens: batches of embed_batch, the earlier rule)
+    embed_batch: int = BATCH_MAX
+    embed_batch_tokens: int = BATCH_TOKENS
     embed_threads: int = 0  # 0: onnxruntime's default (all cores)
     # the nice value indexing runs at (chunker, the embedder's indexing threads), so that questions
     # get the cores first while files are indexed; 0: same priority as questions
@@ -297,7 +301,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "vector_k": (1, None), "keyword_k": (1, None), "focus_k": (0, None), "focus_files": (0, None), "rrf_k": (1, None),
     "rerank_top": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
     "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None),
-    "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None),
+    "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None), "embed_batch_tokens": (0, None),
     "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "malloc_arenas": (0, None), "malloc_mmap_threshold_kb": (0, 32768), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
     "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
