@@ -8,7 +8,9 @@ onnx, ...), cuts it into 600-character windows, and times ``Embedder.embed_docum
 ``--workspace DIR``, the windows are those the product embeds for that tree (its files in a fixed
 shuffled order, ``plan_rows``: path, chunk context and overlap included). Batches follow the
 shipped rule (``models.batching``: at most ``embed_batch_tokens`` padded tokens); each ``--batch N``
-adds the shipped artifact again with N windows per batch (16: the rule before 2026-12-05).
+adds the shipped artifact again with N windows per batch (16: the rule before 2026-12-05), and
+``--all-fusions`` adds it with every onnxruntime fusion, ``SkipLayerNormalization`` included (the
+session before 2026-12-05).
 Measures the committed int8 artifact and, when it was kept by
 ``python -m training.build_embedder --keep-fp32 models/.work/fp32``, the fp32 graph too; each
 ``--compare DIR`` is another artifact (``training.build_embedder --fused --out DIR``, or ``--static``),
@@ -135,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--workspace", type=Path, default=None, metavar="DIR",
                     help="the windows the product embeds for this tree, instead of slices of installed packages")
+    ap.add_argument("--all-fusions", action="store_true",
+                    help="also the shipped artifact with every onnxruntime fusion (models.embedding.DISABLED_FUSIONS on)")
     ap.add_argument("--batch", type=int, action="append", default=[], metavar="N",
                     help="also the shipped artifact with N windows per batch, in the same run (16: the earlier rule)")
     ap.add_argument("--compare", type=Path, action="append", default=[], metavar="DIR",
@@ -151,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     toks = [len(e.ids) for e in int8._tok.encode_batch(windows)]
     variants: list[tuple[str, object, int | None]] = [("int8", int8, None)]
     variants += [(f"int8 {n} per batch", int8, n) for n in args.batch]
+    if args.all_fusions:
+        every = Embedder(int8.folder, threads=args.threads, disabled_fusions=())
+        variants.append(("int8 all fusions", every, None))
+        variants += [(f"int8 {n} per batch, all fusions", every, n) for n in args.batch]
     if FP32_PATH.exists():
         # one window per batch: fp32 is the reference, with nothing from its batch companions
         variants.append(("fp32", Embedder(int8.folder, threads=args.threads, model_file=FP32_PATH, variant="fp32"), 1))
@@ -189,12 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(windows)} windows from {report['source']}, ~{report['tokens_per_window_mean']} tokens, shipped batches "
           f"of at most {int8.batch_tokens} padded tokens and {int8.batch_max} windows, {int8.threads} threads, "
           f"load avg {report['load_average_1m']}")
-    print(f"{'variant':20s} {'median/s':>9s} {'min/s':>8s} {'max/s':>8s}  model_id")
+    print(f"{'variant':32s} {'median/s':>9s} {'min/s':>8s} {'max/s':>8s}  model_id")
     for label, _, _ in variants:
         if label not in results:
             continue
         r = results[label]
-        print(f"{label:20s} {r['windows_per_s_median']:9.1f} {r['windows_per_s_min']:8.1f} "
+        print(f"{label:32s} {r['windows_per_s_median']:9.1f} {r['windows_per_s_min']:8.1f} "
               f"{r['windows_per_s_max']:8.1f}  {r['model_id']}")
     for key, c in results.items():
         if key.endswith("_cosine"):

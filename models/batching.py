@@ -4,9 +4,10 @@ A batch is padded to its longest text, so its cost is about ``windows x longest 
 onnxruntime's memory arena off (kept off so that the embedder's RSS follows the work, not its
 largest batch ever), every batch allocates its intermediate tensors afresh; the attention scores
 of 16 windows of 190 tokens are 28 MB, and at that size the allocation costs more than the int8
-matrix products. Sympy 1.7's windows embedded 16 at a time ran at 77 windows/s on 2 cores, at most
-512 padded tokens at a time at 125, and 16 at a time with the arena on at 118
-(``python -m bench.embedder_speed``, README "Embedding batches").
+matrix products. Sympy 1.7's windows embedded 16 at a time ran at 85 windows/s on 2 cores and at
+most 512 padded tokens at a time at 131 (with every onnxruntime fusion, as before), and 16 at a
+time with the arena on at 118 (``python -m bench.embedder_speed``, README "Embedding batches and
+one fusion").
 
 Contract
 --------

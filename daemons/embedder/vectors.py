@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 
 #: Fault injection for tests: embedding a file's windows sleeps this long first (a slow machine).
 FAULT_EMBED_DELAY_MS = int(os.environ.get("WSCTX_FAULT_EMBED_DELAY_MS", "0"))
-#: Windows of waiting files embedded together (one model call, one commit): about 1.5 s of work on
-#: 2 cores, the longest a newly arrived change waits behind it.
-PENDING_GROUP_WINDOWS = 128
+#: Windows of waiting files embedded together (one model call, one commit): about 1.5-2 s of work
+#: on 2 cores at 130-160 windows/s, the longest a newly arrived change waits behind it. Each commit
+#: costs about 130 ms whatever its size, and every ``optimize_every`` commits an optimize about 5 s
+#: (sympy 1.7), so 256 took sympy's vectors from 633 s to 539 s against 128 (README, `bench.big`).
+PENDING_GROUP_WINDOWS = 256
 
 
 class VectorWork:
