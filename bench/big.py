@@ -6,7 +6,8 @@ every 2 s: files on disk, files with rows (keyword-searchable: with their vector
 keywords first and waiting for them), files with their vectors, and the embedder's windows
 embedded. It reports the time until every file is keyword-searchable (issue 20's target: within
 60 s of `wsctx add`) and, by --max-seconds, the share of files with vectors and the windows/s,
-or the time until all are done. Prints a table and writes bench/results/big.json.
+or the time until all are done, and each daemon's peak resident memory (VmHWM) at the stop. Prints
+a table and writes bench/results/big.json.
 
     python -m bench.big                                   # sympy 1.7, at most 10 minutes
     python -m bench.big --workspace PATH --max-seconds 300 --set keywords_first=false
@@ -32,7 +33,7 @@ if str(REPO) not in sys.path:
 
 from daemons.lib.config import load_settings  # noqa: E402
 from bench.processes import start_daemons, stop_daemons  # noqa: E402
-from daemons.lib.runtime import control_request  # noqa: E402
+from daemons.lib.runtime import control_request, memory_mb  # noqa: E402
 from daemons.lib.workspaces import Registry  # noqa: E402
 from protocol.schema import StatusRequest  # noqa: E402
 
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             if now > args.max_seconds:
                 break
             time.sleep(2.0)
+        peak_mb = {name: round(memory_mb(p.pid, "VmHWM"), 1) for name, p in procs.items()}
     finally:
         stop_daemons(procs.values())
     last = samples[-1]
@@ -128,12 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         "windows_embedded_at_stop": last["windows_embedded"],
         "windows_per_s_after_keywords": round(rate, 1) if rate is not None else None,
         "vector_groups": group_times(tmp / "embedder.log"),
+        "peak_mb": peak_mb,
         "samples": samples[:: max(1, len(samples) // 60)],
     }
     groups = result["vector_groups"]
     print("files | keyword-searchable after | vectors done after | files with vectors at stop | windows/s | groups: embed s / write s")
     print(f"{result['files']} | {keyword_ready_s} s | {vectors_done_s} s | {last['with_vectors']} at {elapsed} s | "
           f"{result['windows_per_s_after_keywords']} | {groups['groups']}: {groups['embed_s']} / {groups['write_s']}")
+    print("peak resident MB (VmHWM): " + ", ".join(f"{name} {mb}" for name, mb in peak_mb.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     if args.logs is not None:
