@@ -16,7 +16,7 @@ Measures the committed int8 artifact and, when it was kept by
 ``--compare DIR`` is another artifact (``training.build_embedder --fused --out DIR``, or ``--static``),
 and ``--sessions N`` adds the shipped artifact as N one-thread sessions embedding a share of the
 windows each at once. The repeats are interleaved across the variants, so a noisy machine weighs
-on each alike.
+on each alike. Cosines are taken against the fp32 graph run one window at a time.
 Writes bench/results/embedder_speed.json.
 """
 
@@ -91,13 +91,12 @@ def workspace_windows(root: Path, n: int) -> list[str]:
     fixed shuffled order (so one large file does not make up the sample)."""
     import random
 
+    from bench.common import bench_settings, workspace_files
     from daemons.lib.chunking import file_chunks
-    from daemons.lib.config import Settings
-    from daemons.lib.filtering import indexable_files
     from daemons.lib.indexing import plan_rows
 
-    settings = Settings()
-    files, _ = indexable_files(root)
+    settings = bench_settings()
+    files, _ = workspace_files(root, settings)
     random.Random(1).shuffle(files)
     out: list[str] = []
     for rel, data in files:
@@ -160,15 +159,15 @@ def main(argv: list[str] | None = None) -> int:
         variants.append(("int8 all fusions", every, None))
         variants += [(f"int8 {n} per batch, all fusions", every, n) for n in args.batch]
     if FP32_PATH.exists():
-        # one window per batch: fp32 is the reference, with nothing from its batch companions
-        variants.append(("fp32", Embedder(int8.folder, threads=args.threads, model_file=FP32_PATH, variant="fp32"), 1))
+        variants.append(("fp32", Embedder(int8.folder, threads=args.threads, model_file=FP32_PATH, variant="fp32"), None))
     for folder in args.compare:
         variants.append((folder.name, Embedder(folder, threads=args.threads), None))
     if args.sessions:
         variants.append((f"int8 {args.sessions}x1 thread", Sessions(int8.folder, args.sessions), None))
 
-    results: dict[str, dict] = measure([v for v in variants if v[0] != "fp32"], windows, args.repeats)
-    embs = {label: emb.embed_documents(windows, batch_size=batch) for label, emb, batch in variants}
+    results: dict[str, dict] = measure(variants, windows, args.repeats)
+    # the fp32 reference one window at a time: nothing in it from batch companions
+    embs = {label: emb.embed_documents(windows, batch_size=1 if label == "fp32" else batch) for label, emb, batch in variants}
     for label in [label for label, _, _ in variants if label != "fp32"]:
         for ref in ("int8", "fp32"):
             if ref in embs and ref != label:
@@ -199,8 +198,6 @@ def main(argv: list[str] | None = None) -> int:
           f"load avg {report['load_average_1m']}")
     print(f"{'variant':32s} {'median/s':>9s} {'min/s':>8s} {'max/s':>8s}  model_id")
     for label, _, _ in variants:
-        if label not in results:
-            continue
         r = results[label]
         print(f"{label:32s} {r['windows_per_s_median']:9.1f} {r['windows_per_s_min']:8.1f} "
               f"{r['windows_per_s_max']:8.1f}  {r['model_id']}")
