@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         rerank_id = reranker_note(reranker)
     code = ranking_code_digest()
     key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", "test_weight", "doc_weight",
-                                    "config_weight", "file_keyword_pool", "file_list", "path_mentions",
+                                    "config_weight", "vendored_weight", "file_keyword_pool", "file_list", "path_mentions",
                                     *SETTINGS[:5])}, code]).encode()).hexdigest()[:10]
     groups, skipped = select_cases(args.cases, cache, repos=args.repo, tags=args.tag)
     cases: list[dict] = []

@@ -82,7 +82,7 @@ def test_ranking_spec_gives_spec_section_2_in_one_setting(tmp_path: Path) -> Non
     cfg.write_text('[search]\nranking = "spec"\n')
     spec = load_settings(env={"WSCTX_CONFIG": str(cfg)})
     assert (spec.rrf_k, spec.file_keyword_pool, spec.path_mentions, spec.question_analysis) == (60, 0, False, False)
-    assert (spec.test_weight, spec.doc_weight, spec.config_weight, spec.question_copy_weight) == (1.0, 1.0, 1.0, 1.0)
+    assert (spec.test_weight, spec.doc_weight, spec.config_weight, spec.vendored_weight, spec.question_copy_weight) == (1.0,) * 5
     assert tuned.question_copy_weight < 1.0
     assert set(spec.list_weights().values()) == {1.0} and spec.rerank_fusion_weight >= 100
     with pytest.raises(ValueError, match="use tuned, spec"):

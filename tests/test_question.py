@@ -149,3 +149,62 @@ def test_a_long_questions_title_says_whether_tests_are_asked_for():
     assert role_weights(long_q, 0.1, 0.1)[TEST] == 1.0
     assert plan("how is the retry tested?").role_text == "how is the retry tested?"
     assert plan(long_q, analysis=False).role_text == long_q
+
+
+REPORT_ISSUE = '''open_mfdataset ignores the chunks argument
+
+Each variable is still one dask chunk when I pass chunks to open_mfdataset.
+
+<details><summary>Output of show_versions()</summary>
+
+INSTALLED VERSIONS
+------------------
+commit: None
+python: 3.8.2 | packaged by conda-forge | (default, Mar  5 2020, 17:11:00)
+OS: Linux
+libhdf5: 1.10.5
+
+xarray: 0.15.1
+numpy: 1.18.1
+netCDF4: 1.5.3
+h5netcdf: 0.8.0
+</details>
+'''
+
+
+@pytest.mark.parametrize("report", [
+    "numpy: 1.18.1\nscipy: 1.4.1\npandas: 1.0.3",
+    "numpy==1.18.1\nscipy==1.4.1\npandas==1.0.3",
+    "Package    Version\n---------- -------\nnumpy      1.18.1\nscipy      1.4.1\npytest     5.4.1",
+    "pylint 2.13.0-dev0\nastroid 2.9.3\nPython 3.9.7 (default, Sep 16 2021, 13:09:58)",
+    " - ``pvlib.__version__``: '0.9.5'\n - ``pandas.__version__``:  '1.5.3'\n - python: 3.10.4",
+])
+def test_environment_reports_of_the_usual_shapes_are_recognised(report: str) -> None:
+    """A pasted list of packages and versions (show_versions, pip freeze, pip list, --version, a template's bullets) is an environment report."""
+    lines = report.splitlines()
+    found = question.environment_lines(lines)
+    assert {i for i, line in enumerate(lines) if any(ch.isdigit() for ch in line)} <= found
+
+
+@pytest.mark.parametrize("text", [
+    "a = 1.5\nb = 2.5\nc = 3.5",
+    "Fails with numpy 1.18.1 since the upgrade.\nIt worked with numpy 1.17.\nPlease fix.",
+    "numpy: 1.18.1\nscipy: 1.4.1",
+])
+def test_code_prose_and_short_version_mentions_are_not_reports(text: str) -> None:
+    """Assignments, prose that names a version or two, and fewer than three version lines stay part of the question."""
+    assert question.environment_lines(text.splitlines()) == set()
+
+
+def test_an_environment_report_is_left_out_of_every_query() -> None:
+    """The report's lines are counted and dropped: no package name of it reaches the keyword query, the cross-encoder's question or the embedded text."""
+    a = analyse(REPORT_ISSUE)
+    assert a.environment == 9  # commit: ... h5netcdf: and the closing tag
+    assert "h5netcdf" not in a.text and "open_mfdataset" in a.text
+    p = plan(REPORT_ISSUE)
+    for term in ("h5netcdf", "netcdf4", "libhdf5", "numpy", "linux"):
+        assert term not in p.keyword_query.lower().split()
+        assert term not in p.rerank_query.lower()
+        assert all(term not in t.lower() for t in p.dense_texts)
+    assert "open_mfdataset" in p.keyword_query and "chunks" in p.keyword_query
+    assert a.account()["environment_lines"] == 9

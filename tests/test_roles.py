@@ -1,4 +1,4 @@
-"""File roles and their fusion weights: tests and docs count less unless the question asks for them."""
+"""File roles and their fusion weights: tests, docs, config and vendored code count less unless the question asks for them."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from daemons.lib.fusion import RRF_K
 from daemons.lib.assembly import context_line
 from daemons.lib.notes import weights_note
-from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role, role_weights, roles_present, wanted_roles, weight_of
+from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, VENDORED, file_role, role_weights, roles_present, wanted_roles, weight_of
 from daemons.lib.search import SearchParams, hybrid_search
 from daemons.lib.store import IndexStore
 from tests.support import index_row
@@ -45,6 +45,19 @@ META = {"model_id": "m@1", "dim": DIM, "chunker_version": "1", "chunk_max_chars"
     (".github/workflows/test.yml", CONFIG),
     ("pylint/config/argument.py", SOURCE),
     ("doc/Makefile", DOC),
+    ("requests/packages/urllib3/connectionpool.py", VENDORED),
+    ("pip/_vendor/six.py", VENDORED),
+    ("third_party/zlib/inflate.c", VENDORED),
+    ("vendor/github.com/pkg/errors/errors.go", VENDORED),
+    ("astropy/extern/ply/lex.py", VENDORED),
+    ("cextern/wcslib/C/wcs.c", VENDORED),
+    ("botocore/vendored/six.py", VENDORED),
+    ("requests/packages/urllib3/README.rst", DOC),
+    ("requests/packages/urllib3/tests/test_util.py", TEST),
+    ("poetry/packages/locker.py", SOURCE),
+    ("packages/core/src/index.ts", SOURCE),
+    ("web/packages/ui/button.ts", SOURCE),
+    ("src/vendors.py", SOURCE),
 ])
 def test_file_role_reads_the_path(path: str, role: str) -> None:
     """The role of a file comes from its folders, name and suffix, in the usual conventions of several languages."""
@@ -54,7 +67,7 @@ def test_file_role_reads_the_path(path: str, role: str) -> None:
 def test_question_that_asks_for_tests_or_docs_lifts_their_weight() -> None:
     """A question naming tests or docs weighs that role fully; other questions get the configured weights."""
     plain = role_weights("where is the retry logic?", 0.5, 0.25)
-    assert plain == {SOURCE: 1.0, TEST: 0.5, DOC: 0.25, CONFIG: 1.0}
+    assert plain == {SOURCE: 1.0, TEST: 0.5, DOC: 0.25, CONFIG: 1.0, VENDORED: 1.0}
     assert role_weights("how is the retry logic tested?", 0.5, 0.25)[TEST] == 1.0
     assert role_weights("where is the retry logic documented?", 0.5, 0.25)[DOC] == 1.0
     assert role_weights("pytest fails to collect a docstring", 0.5, 0.25) == plain
@@ -68,6 +81,16 @@ def test_config_counts_less_unless_the_question_is_about_build_or_ci() -> None:
     assert role_weights("tox.ini envlist ignores py38", 0.5, 0.5, 0.5)[CONFIG] == 1.0
     assert role_weights("the CI workflow skips Windows", 0.5, 0.5, 0.5)[CONFIG] == 1.0
     assert role_weights("which dependencies pin numpy?", 0.5, 0.5, 0.5)[CONFIG] == 1.0
+
+
+def test_vendored_code_counts_less_unless_the_question_asks_about_the_vendored_copy() -> None:
+    """Vendored code gets its weight for a question about the project, and counts fully when the question says vendored or third-party; naming the library alone does not lift it."""
+    assert role_weights("urllib3 ProtocolError escapes Session.send", 0.1, 0.1, 0.25, 0.25)[VENDORED] == 0.25
+    assert role_weights("update the vendored urllib3", 0.1, 0.1, 0.25, 0.25)[VENDORED] == 1.0
+    assert role_weights("a bug in third-party code we bundle", 0.1, 0.1, 0.25, 0.25)[VENDORED] == 1.0
+    assert role_weights("runs an external command", 0.1, 0.1, 0.25, 0.25)[VENDORED] == 0.25
+    assert role_weights("anything", 0.1, 0.1)[VENDORED] == 1.0  # the rule is off unless a weight is given
+    assert weight_of("requests/packages/urllib3/util.py", role_weights("timeouts", 0.1, 0.1, 0.25, 0.25)) == 0.25
 
 
 @pytest.mark.timeout(120)
@@ -96,10 +119,36 @@ def test_hybrid_search_puts_source_above_a_test_that_repeats_its_names(tmp_path)
     assert asked.candidates[0]["path"] == "tests/test_retry.py"
 
 
+@pytest.mark.timeout(120)
+def test_vendored_copy_ranks_below_the_projects_own_code_under_the_shipped_settings(tmp_path) -> None:
+    """With the default settings a vendored library that matches the question best ranks below the project's own module, and first again when the question asks about the vendored copy."""
+    from daemons.lib.config import Settings
+    from daemons.lib.question import plan_for
+    from daemons.lib.search import question_params
+
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal(DIM).astype(np.float32)
+    store = IndexStore.open_writer(tmp_path / "ix", META)
+    store.replace_file("requests/packages/urllib3/connectionpool.py",
+                       [index_row("requests/packages/urllib3/connectionpool.py", 0, "connection pool timeout retries", q + 0.01)])
+    store.replace_file("requests/adapters.py", [index_row("requests/adapters.py", 0, "adapter connection pool timeout send", q + 0.3 * rng.standard_normal(DIM))])
+    for k in range(4):
+        store.replace_file(f"requests/other{k}.py", [index_row(f"requests/other{k}.py", 0, f"unrelated{k} words", rng.standard_normal(DIM))])
+    s = Settings()
+
+    def first(question: str) -> str:
+        qplan = plan_for(question, s)
+        return hybrid_search(store, qplan.keyword_query, q, params=question_params(s, qplan)).candidates[0]["path"]
+
+    assert first("connection pool timeout") == "requests/adapters.py"
+    assert first("the vendored connection pool timeout") == "requests/packages/urllib3/connectionpool.py"
+
+
 def test_context_line_names_the_roles_weighted_down() -> None:
     """The context line says which roles were weighted down among the candidates, and says nothing when none were."""
     note = weights_note([("src/a.py", 1.0), ("docs/a.rst", 0.5), ("tests/test_a.py", 0.25)])
     assert note == "tests ×0.25, docs ×0.5"
+    assert weights_note([("vendor/x/y.go", 0.25), ("setup.py", 0.25)]) == "configs ×0.25, vendored ×0.25"
     assert weights_note([("src/a.py", 1.0)]) == ""
     line = context_line("retry", 3, [("src/a.py:1-9", 0.9)], [], notes=[f"weighted {note}"])
     assert line == 'searched "retry" · reranked 3 · kept src/a.py:1-9 0.90 · weighted tests ×0.25, docs ×0.5'

@@ -27,7 +27,7 @@ from daemons.lib.fusion import (
 from daemons.lib.widening import IMPORTS_MAX_CHARS, WIDEN_MAX_CHARS
 from daemons.lib.windows import WINDOW_CHARS, WINDOW_OVERLAP
 from daemons.lib.echoes import QUESTION_COPY_WEIGHT
-from daemons.lib.roles import CONFIG_WEIGHT, DOC_WEIGHT, TEST_WEIGHT
+from daemons.lib.roles import CONFIG_WEIGHT, DOC_WEIGHT, TEST_WEIGHT, VENDORED_WEIGHT
 from daemons.lib.question import DENSE_MAX_WINDOWS, DENSE_QUERIES, KEYWORD_MAX_TERMS, RERANK_QUERY_CHARS, WHOLE
 from models.batching import BATCH_MAX, BATCH_TOKENS
 
@@ -190,10 +190,11 @@ class Search:
     list_weight_file_keyword: float = LIST_WEIGHTS[FILE_KEYWORD]
     list_weight_file_bm25: float = LIST_WEIGHTS[FILE_BM25]
     list_weight_mentioned: float = LIST_WEIGHTS[MENTIONED]
-    # RRF multipliers for test, doc and config files when the question does not ask for them (roles.py)
+    # RRF multipliers for test, doc, config and vendored files when the question does not ask for them (roles.py)
     test_weight: float = TEST_WEIGHT
     doc_weight: float = DOC_WEIGHT
     config_weight: float = CONFIG_WEIGHT
+    vendored_weight: float = VENDORED_WEIGHT
     # RRF multiplier for a chunk holding the question itself as a string literal (echoes.py)
     question_copy_weight: float = QUESTION_COPY_WEIGHT
     rerank_top: int = RERANK_TOP
@@ -277,7 +278,8 @@ class Settings(Network, Assembly, Reranking, Search, Runtime, Embedding, IndexSh
 #: cross-encoder probability alone, fusion.rerank_order).
 SPEC_RANKING: dict[str, Any] = {
     "rrf_k": 60, "file_keyword_pool": 0, "path_mentions": False, "question_analysis": False,
-    "test_weight": 1.0, "doc_weight": 1.0, "config_weight": 1.0, "question_copy_weight": 1.0, "rerank_fusion_weight": 1000.0,
+    "test_weight": 1.0, "doc_weight": 1.0, "config_weight": 1.0, "vendored_weight": 1.0, "question_copy_weight": 1.0,
+    "rerank_fusion_weight": 1000.0,
     **{f"list_weight_{name}": 1.0 for name in LIST_WEIGHTS},
 }
 
@@ -297,7 +299,7 @@ OTHER_VARIABLES = frozenset({
 #: Inclusive bounds of the numeric settings where a value outside makes no sense (None: open).
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "rerank_threshold": (0.0, 1.0), "test_weight": (0.0, 1.0), "doc_weight": (0.0, 1.0), "config_weight": (0.0, 1.0),
-    "question_copy_weight": (0.0, 1.0), "rerank_fusion_weight": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
+    "vendored_weight": (0.0, 1.0), "question_copy_weight": (0.0, 1.0), "rerank_fusion_weight": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
     "vector_k": (1, None), "keyword_k": (1, None), "focus_k": (0, None), "focus_files": (0, None), "rrf_k": (1, None),
     "rerank_top": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
     "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None),
@@ -452,7 +454,7 @@ def _check_values(values: Mapping[str, Any], sources: Mapping[str, str]) -> None
 QUESTION_SETTINGS = (
     "ranking", "vector_k", "keyword_k", "rrf_k", "file_keyword_pool", "file_list", "path_mentions", "question_analysis",
     "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", *(f"list_weight_{name}" for name in LIST_WEIGHTS),
-    "test_weight", "doc_weight", "config_weight", "question_copy_weight", "rerank_top", "rerank_fusion_k", "rerank_fusion_weight",
+    "test_weight", "doc_weight", "config_weight", "vendored_weight", "question_copy_weight", "rerank_top", "rerank_fusion_k", "rerank_fusion_weight",
 )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from daemons.lib.filtering import content_hash
 from daemons.lib.fusion import FOCUS_KEYWORD, FOCUS_VECTOR, MENTIONED
-from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, file_role
+from daemons.lib.roles import CONFIG, DOC, SOURCE, TEST, VENDORED, file_role
 
 
 def missing_roles_note(roles: Sequence[str]) -> str:
@@ -40,12 +40,12 @@ def nothing_new_note(follow_up: bool, previous_files: Sequence[str], files: Sequ
 
 
 def weights_note(candidates: Iterable[tuple[str, float]]) -> str:
-    """``tests ×0.5, docs ×0.5`` for the roles among ``(path, weight)`` candidates weighted below 1; "" if none."""
+    """``tests ×0.5, docs ×0.5`` (``vendored ×0.25`` for vendored code) for the roles among ``(path, weight)`` candidates weighted below 1; "" if none."""
     seen: dict[str, float] = {}
     for path, weight in candidates:
         if weight < 1.0:
             seen.setdefault(file_role(path), weight)
-    return ", ".join(f"{role}s ×{seen[role]:g}" for role in (TEST, DOC, CONFIG, SOURCE) if role in seen)
+    return ", ".join(f"{role if role == VENDORED else role + 's'} ×{seen[role]:g}" for role in (TEST, DOC, CONFIG, VENDORED, SOURCE) if role in seen)
 
 
 #: How a block's file differs from what the index holds (``Block.changed``; "" when it does not).

@@ -24,7 +24,20 @@ Contract
   - ``identifiers``: the frames' functions, each error line's first word (the exception's name)
     and the code-like identifiers (``snake_case``, ``camelCase``, names with digits, anything in
     backticks) of error lines, code blocks and prose, in that order, deduplicated, stop words out;
-  - ``paths``: ``mentions.mentions`` of the whole question.
+  - ``paths``: ``mentions.mentions`` of the whole question;
+  - ``environment``: how many lines were an environment report and left out of every other part
+    (``environment_lines``);
+  - ``text``: the question without those lines.
+
+* ``environment_lines(lines)`` is the indices of the lines that report the asker's environment
+  rather than ask the question: a run of at least ``ENV_MIN_LINES`` lines that each name a
+  package, tool or platform and its version (``numpy: 1.18.1``, ``numpy==1.18.1``, ``astroid
+  2.9.3``, ``- pandas.__version__: '1.5.3'``, a ``pip list`` or ``conda list`` row), with the
+  ``key: value`` lines (``OS: Linux``, ``commit: None``), rules and ``<details>`` tags between them;
+  version lines must be at least half of the run's non-blank lines. Issue templates ask for such
+  a report, and its package names are rare in the workspace, so that a rarest-first keyword query
+  would be made of them (``h5netcdf``, ``netCDF4``, ``cftime``) and the cross-encoder's condensed
+  question would list them as identifiers.
 
 * ``Analysis.is_long`` is true when the question has more than ``LONG_WORDS`` words or any code
   block, frame or error line.
@@ -44,7 +57,8 @@ Contract
 * ``dense_texts(question, analysis, window_chars, max_windows)`` is the texts the question's
   vector is made from: the question alone when it fits in ``window_chars``; otherwise the
   title-led condensed form (``rerank_query`` at ``window_chars``) followed by windows of
-  ``window_chars`` of the question, at most ``max_windows`` texts in all.
+  ``window_chars`` of the question, at most ``max_windows`` texts in all. ``plan`` gives it, and
+  ``rerank_query``, the question without its environment report (``Analysis.text``).
 """
 from __future__ import annotations
 
@@ -76,6 +90,10 @@ RERANK_QUERY_CHARS = 300
 #: one search per ``dense_texts`` vector, each chunk at its nearest.
 WHOLE, CONDENSED, MEAN, MAX = "whole", "condensed", "mean", "max"
 DENSE_QUERIES = (WHOLE, CONDENSED, MEAN, MAX)
+#: Version lines that make a run of lines an environment report (``environment_lines``): a pasted
+#: ``show_versions()``, ``pip list`` or ``--version`` output has many more; prose names one or two.
+ENV_MIN_LINES = 3
+
 #: Characters per dense window: about the embedder's 256 tokens of prose.
 DENSE_WINDOW_CHARS = 1000
 #: At most this many texts are embedded for one question (``mean``, ``max``).
@@ -116,6 +134,8 @@ class Analysis:
     identifiers: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     words: int = 0
+    environment: int = 0
+    text: str = ""
 
     @property
     def is_long(self) -> bool:
@@ -127,7 +147,7 @@ class Analysis:
             "long": self.is_long, "words": self.words, "code_blocks": len(self.code_blocks),
             "frames": [f"{f.path}:{f.line}" + (f" {f.function}" if f.function else "") for f in self.frames[:5]],
             "error_lines": [e[:120] for e in self.error_lines[:3]], "identifiers": self.identifiers[:12],
-            "paths": self.paths[:8],
+            "paths": self.paths[:8], "environment_lines": self.environment,
         }
 
 
@@ -145,6 +165,43 @@ def _frame(line: str) -> Frame | None:
     return None
 
 
+#: ``numpy: 1.18.1``, ``numpy==1.18.1``, ``numpy   1.18.1  py38_0``, ``- ``pandas.__version__``: '1.5.3'``,
+#: ``Python 3.9.7 (default ...``, ``libhdf5: None``: a name, then ``:``, ``==`` or blanks, then a version.
+_VERSION_LINE_RE = re.compile(
+    r"""^\s*(?:[-*+]\s+)?(?:\*\*)?`{0,2}[A-Za-z][\w.\-]*`{0,2}(?:\*\*)?(?:\s*:|\s*==|\s)\s*['"`]?(?:v?\d+(?:\.\d+)+|None\b)"""
+)
+#: ``OS: Linux``, ``python-bits: 64``, ``LANG: en_US.UTF-8``: a short key and a short value.
+_KEY_VALUE_RE = re.compile(r"^\s*(?:[-*+]\s+)?[A-Za-z][\w.\- ]{0,30}:\s+\S.{0,80}$")
+#: Rules and the ``<details>`` wrapping that issue templates put around a report.
+_REPORT_FRAME_RE = re.compile(r"^\s*(?:[-=_~*]{3,}|</?(?:details|summary)\b.*)\s*$", re.IGNORECASE)
+
+
+def environment_lines(lines: list[str]) -> set[int]:
+    """The indices of *lines* that belong to an environment report (see the module docstring)."""
+    out: set[int] = set()
+    run: list[int] = []
+    versions = 0
+
+    def close() -> None:
+        nonlocal versions
+        filled = sum(1 for i in run if lines[i].strip())
+        if versions >= ENV_MIN_LINES and 2 * versions >= filled:
+            out.update(run)
+        run.clear()
+        versions = 0
+
+    for i, line in enumerate(lines):
+        if _VERSION_LINE_RE.match(line):
+            run.append(i)
+            versions += 1
+        elif _KEY_VALUE_RE.match(line) or (run and (not line.strip() or _REPORT_FRAME_RE.match(line))):
+            run.append(i)
+        else:
+            close()
+    close()
+    return out
+
+
 _INLINE_CODE_RE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
 
@@ -155,10 +212,15 @@ def _quoted(text: str) -> set[str]:
 
 def analyse(question: str) -> Analysis:
     """Split *question* into its parts (see the module docstring)."""
-    a = Analysis(paths=mentions(question))
+    a = Analysis(paths=mentions(question), text=question)
     prose: list[str] = []
     code: list[str] = []
     lines = question.splitlines()
+    report = environment_lines(lines)
+    if report:
+        a.environment = len([i for i in report if lines[i].strip()])
+        lines = [line for i, line in enumerate(lines) if i not in report]
+        a.text = "\n".join(lines)
     fence: str | None = None
     prev_blank = True
     indented: list[str] = []
@@ -174,7 +236,8 @@ def analyse(question: str) -> Analysis:
         stripped = line.strip()
         if fence is not None:
             if _FENCE_RE.match(line) and stripped.startswith(fence):
-                a.code_blocks.append("\n".join(code))
+                if any(c.strip() for c in code):  # a fence that held only a report holds nothing now
+                    a.code_blocks.append("\n".join(code))
                 code, fence = [], None
             else:
                 code.append(line)
@@ -247,8 +310,8 @@ def keyword_query(question: str, analysis: Analysis | None = None, max_terms: in
     out and, within a class, the rarer term comes first."""
     a = analysis or analyse(question)
     if not a.is_long or max_terms <= 0:
-        return query_keywords(question)
-    counts = Counter(_terms(question))
+        return query_keywords(a.text or question)
+    counts = Counter(_terms(a.text or question))
     if df is not None:
         counts = Counter({t: (df.get(t, 0), n) for t, n in counts.items() if df.get(t, 0) > 0})
     classes = [
@@ -274,6 +337,8 @@ def rerank_query(question: str, analysis: Analysis | None = None, max_chars: int
     if len(question) <= max_chars:
         return question
     a = analysis or analyse(question)
+    if a.environment and len(a.text) <= max_chars:
+        return a.text
     parts = [a.title[:max_chars]]
     if a.error_lines:
         parts.append(a.error_lines[-1][:max_chars])
@@ -335,12 +400,13 @@ def plan(question: str, *, analysis: bool = True, keyword_max_terms: int = KEYWO
     if not analysis:
         return QueryPlan(query_keywords(question), [question], WHOLE, question, None, question, question)
     a = analyse(question)
-    if dense == WHOLE or len(question) <= DENSE_WINDOW_CHARS:
-        texts, dense = [question], WHOLE
+    text = a.text or question  # without its environment report
+    if dense == WHOLE or len(text) <= DENSE_WINDOW_CHARS:
+        texts, dense = [text], WHOLE
     elif dense == CONDENSED:
-        texts = [rerank_query(question, a, DENSE_WINDOW_CHARS)]
+        texts = [rerank_query(text, a, DENSE_WINDOW_CHARS)]
     else:
-        texts = dense_texts(question, a, DENSE_WINDOW_CHARS, dense_windows)
+        texts = dense_texts(text, a, DENSE_WINDOW_CHARS, dense_windows)
     return QueryPlan(keyword_query(question, a, keyword_max_terms, df), texts, dense, rerank_query(question, a, rerank_query_chars), a,
                      a.title if a.is_long else question, question)
 

@@ -1,4 +1,4 @@
-"""What a file is for (source, test, doc, config), and how much each kind counts for one question.
+"""What a file is for (source, test, doc, config, vendored), and how much each kind counts for one question.
 
 An editor's question is nearly always about the code itself. Tests and docs repeat the code's
 names, so on lexical and semantic evidence alone they crowd the source out of the 12 candidates
@@ -22,11 +22,17 @@ from functools import lru_cache
 TEST_WEIGHT = 0.1
 DOC_WEIGHT = 0.1
 CONFIG_WEIGHT = 0.25
+#: The multiplier of vendored source (setting ``vendored_weight``). The validation cases hold no
+#: vendored file, so they cannot choose it: it is set, before any measurement, to the config
+#: weight, the other kind of file that matches a question's names without being its answer.
+VENDORED_WEIGHT = 0.25
 
 SOURCE = "source"
 TEST = "test"
 DOC = "doc"
 CONFIG = "config"
+VENDORED = "vendored"
+ROLES = (SOURCE, TEST, DOC, CONFIG, VENDORED)
 
 #: Test folders and the usual test-file names across languages.
 _TEST_PATH = re.compile(
@@ -56,7 +62,21 @@ _CONFIG_NAME = re.compile(
 )
 _CONFIG_SUFFIXES = (".yml", ".yaml", ".toml", ".ini", ".cfg", ".lock")
 
-#: Words that ask for tests, docs or config; "pytest", "docstring", "document", "config" and
+#: Vendored code: the folder names of GitHub Linguist's ``vendor.yml`` ("Vendored dependencies":
+#: ``third_party/``, ``3rd-party/``, ``vendor/``, ``vendors/``, ``extern/``, ``external/``; so
+#: ``_vendor/`` and ``cextern/`` too), ``vendored/`` (botocore) and ``node_modules/``; plus Python's
+#: older convention of whole libraries in a ``packages/`` folder inside a package
+#: (``requests/packages/urllib3/``, ``urllib3/packages/backports/``): Python files one folder or
+#: more below it only, since a package's own ``packages/`` module folder holds its files directly
+#: and a JavaScript monorepo's ``packages/`` holds the project's own code.
+_VENDORED_PATH = re.compile(
+    r"(third[-_]?party|3rd[-_]?party|vendors?|vendored|extern(al)?)/"
+    r"|(^|/)node_modules/"
+    r"|[^/]/packages/[^/]+/.*\.py$",
+    re.IGNORECASE,
+)
+
+#: Words that ask for tests, docs, config or vendored code; "pytest", "docstring", "document", "config" and
 #: "install" do not (code questions use them all the time: ``pylint/config/``, "pip install x").
 _WANTS_TEST = re.compile(r"\b(tests?|tested|testing|unittests?|fixtures?)\b", re.IGNORECASE)
 _WANTS_DOC = re.compile(r"\b(docs?|documentation|documented|readme|changelog|tutorial)\b", re.IGNORECASE)
@@ -65,33 +85,37 @@ _WANTS_CONFIG = re.compile(
     r"ya?ml|toml|ci|workflows?|github actions|packaging|dependency|dependencies|requirements(\.txt)?|pre-commit)\b",
     re.IGNORECASE,
 )
+#: "external" and "extern" are left out: questions say "an external command" about the project's own code.
+_WANTS_VENDORED = re.compile(r"\b(vendor|vendored|vendoring|third[- ]party|bundled cop(y|ies))\b", re.IGNORECASE)
 
 
 def file_role(path: str) -> str:
-    """``test``, ``doc``, ``config`` or ``source`` for a workspace-relative path (``/`` separated)."""
+    """``test``, ``doc``, ``config``, ``vendored`` or ``source`` for a workspace-relative path (``/``
+    separated). A vendored folder's tests, docs and config keep those roles (their weights are as low)."""
     if _TEST_PATH.search(path):
         return TEST
     if path.lower().endswith(_DOC_SUFFIXES) or _DOC_DIR.search(path) or _DOC_NAME.search(path):
         return DOC
     if path.lower().endswith(_CONFIG_SUFFIXES) or _CONFIG_DIR.search(path) or _CONFIG_NAME.search(path):
         return CONFIG
+    if _VENDORED_PATH.search(path):
+        return VENDORED
     return SOURCE
 
 
 def wanted_roles(question: str) -> list[str]:
-    """The roles other than source that *question* asks for (``test``, ``doc``, ``config``), in that order."""
-    return [role for role, wants in ((TEST, _WANTS_TEST), (DOC, _WANTS_DOC), (CONFIG, _WANTS_CONFIG)) if wants.search(question)]
+    """The roles other than source that *question* asks for (``test``, ``doc``, ``config``,
+    ``vendored``), in that order."""
+    wants = ((TEST, _WANTS_TEST), (DOC, _WANTS_DOC), (CONFIG, _WANTS_CONFIG), (VENDORED, _WANTS_VENDORED))
+    return [role for role, pattern in wants if pattern.search(question)]
 
 
-def role_weights(question: str, test_weight: float, doc_weight: float, config_weight: float = 1.0) -> dict[str, float]:
+def role_weights(question: str, test_weight: float, doc_weight: float, config_weight: float = 1.0,
+                 vendored_weight: float = 1.0) -> dict[str, float]:
     """The RRF multiplier of each role for *question*; a role the question asks for gets 1.0."""
     wanted = wanted_roles(question)
-    return {
-        SOURCE: 1.0,
-        TEST: 1.0 if TEST in wanted else float(test_weight),
-        DOC: 1.0 if DOC in wanted else float(doc_weight),
-        CONFIG: 1.0 if CONFIG in wanted else float(config_weight),
-    }
+    given = {TEST: test_weight, DOC: doc_weight, CONFIG: config_weight, VENDORED: vendored_weight}
+    return {SOURCE: 1.0, **{role: 1.0 if role in wanted else float(w) for role, w in given.items()}}
 
 
 @lru_cache(maxsize=16)
@@ -101,7 +125,7 @@ def roles_present(paths: frozenset[str]) -> frozenset[str]:
     out: set[str] = set()
     for path in paths:
         out.add(file_role(path))
-        if len(out) == 4:
+        if len(out) == len(ROLES):
             break
     return frozenset(out)
 
