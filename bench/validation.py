@@ -12,6 +12,11 @@ The gold files are the non-test source files each commit modified.
   plus ``tree`` and ``language``.
 * ``validation_cases(LONG_LIMIT, long_only=True)`` is the ``validation-long`` set: every long
   question (an issue-sized message) of those repositories, up to ``LONG_LIMIT`` per repository.
+* ``vendored_cases(limit)`` is the ``validation-vendored`` set: the same kind of cases from
+  ``VENDORED_REPOS``, training repositories that keep vendored libraries in their tree (no
+  validation repository does), for choosing ``vendored_weight``. None of their commits is an eval
+  case; the cross-encoder's training lists came from the training repositories under 1,400
+  chunks, which these are not.
 * ``validation_tree(repo, commit, cache)`` is the tree at the commit, unpacked once with ``git
   archive`` from the fetched git directory (``/work/.mirror/OWNER+NAME/repo``, or
   ``$WSCTX_MIRROR``) under ``<cache>/trees/val/``.
@@ -44,6 +49,8 @@ MIRROR = Path(os.environ.get("WSCTX_MIRROR") or "/work/.mirror")
 PER_REPO = 60
 #: Long cases per repository in ``validation-long``.
 LONG_LIMIT = 40
+#: Training repositories with vendored libraries (``setuptools/_vendor/``, ``pkg_resources/_vendor/``).
+VENDORED_REPOS = ("pypa/setuptools",)
 #: Source suffixes per manifest language, for the whole-file BM25 floor.
 SUFFIXES = {"python": (".py",), "go": (".go",), "rust": (".rs",), "typescript": (".ts", ".tsx", ".js"), "javascript": (".js", ".jsx", ".ts")}
 
@@ -86,6 +93,12 @@ def validation_cases(limit: int = PER_REPO, cache: Path = DEFAULT_CACHE, mined: 
     with *long_only*, only the long ones (``question.Analysis.is_long``: a message with code, a
     traceback, an error line or more than 60 words), the regime of an issue report."""
     return manifest_cases(validation_repos(), limit, mined, long_only)
+
+
+def vendored_cases(limit: int = PER_REPO, mined: Path = MINED) -> list[dict]:
+    """At most *limit* change -> code cases from each of ``VENDORED_REPOS`` (the ``validation-vendored`` set)."""
+    entries = [e for e in json.loads(MANIFEST.read_text())["repositories"] if e["repo"] in VENDORED_REPOS]
+    return manifest_cases(entries, limit, mined, set_name="validation-vendored")
 
 
 def manifest_cases(entries: list[dict], limit: int, mined: Path = MINED, long_only: bool = False,
