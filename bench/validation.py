@@ -40,6 +40,7 @@ from pathlib import Path
 
 from bench.repos import DEFAULT_CACHE
 from daemons.lib.question import analyse
+from training.corpus.mine import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "training" / "corpus" / "manifest.json"
@@ -57,7 +58,7 @@ SUFFIXES = {"python": (".py",), "go": (".go",), "rust": (".rs",), "typescript": 
 
 def validation_repos() -> list[dict]:
     """The manifest entries of the validation split."""
-    return [e for e in json.loads(MANIFEST.read_text())["repositories"] if e.get("split") == "validation"]
+    return [e for e in load_manifest(MANIFEST) if e.get("split") == "validation"]
 
 
 def git_dir(repo: str) -> Path:
@@ -97,7 +98,7 @@ def validation_cases(limit: int = PER_REPO, cache: Path = DEFAULT_CACHE, mined: 
 
 def vendored_cases(limit: int = PER_REPO, mined: Path = MINED) -> list[dict]:
     """At most *limit* change -> code cases from each of ``VENDORED_REPOS`` (the ``validation-vendored`` set)."""
-    entries = [e for e in json.loads(MANIFEST.read_text())["repositories"] if e["repo"] in VENDORED_REPOS]
+    entries = [e for e in load_manifest(MANIFEST) if e["repo"] in VENDORED_REPOS]
     return manifest_cases(entries, limit, mined, set_name="validation-vendored")
 
 

@@ -337,7 +337,7 @@ def rerank_query(question: str, analysis: Analysis | None = None, max_chars: int
     if len(question) <= max_chars:
         return question
     a = analysis or analyse(question)
-    if a.environment and len(a.text) <= max_chars:
+    if len(a.text) <= max_chars:  # it fits once its environment report is left out
         return a.text
     parts = [a.title[:max_chars]]
     if a.error_lines:

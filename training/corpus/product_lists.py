@@ -36,6 +36,7 @@ from bench.common import EmbedCache, bench_settings, open_or_build, question_que
 from bench.repos import DEFAULT_CACHE
 from bench.validation import MANIFEST, MINED, git_dir, manifest_cases, validation_tree
 from daemons.lib.search import hybrid_search, question_params
+from training.corpus.mine import load_manifest
 from training.corpus.rules import is_eval_repo
 
 WORK = Path(__file__).resolve().parents[1] / ".work"
@@ -51,7 +52,7 @@ def training_entries(max_chunks: int, names: list[str] | None, split: str = "tra
     """Manifest entries of *split*, smallest first, with at most *max_chunks* mined source chunks
     (the index cost grows with the tree), or exactly *names* when given. The validation split's
     lists measure a model while it trains (``training.train --val-lists``); it never trains on them."""
-    entries = [e for e in json.loads(MANIFEST.read_text())["repositories"] if e.get("split") == split]
+    entries = [e for e in load_manifest(MANIFEST) if e.get("split") == split]
     entries = [e for e in entries if not is_eval_repo(e["repo"])]
     if names:
         return [e for e in entries if e["repo"] in names]
