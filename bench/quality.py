@@ -65,7 +65,9 @@ from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused", "cross_encoder", "reranked"]
-SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", "test_weight", "doc_weight", "config_weight", "vendored_weight", "question_copy_weight",
+#: The file-role multipliers (``roles.role_weights``), in one place for this key and ``bench.tune``'s.
+ROLE_WEIGHT_SETTINGS = ("test_weight", "doc_weight", "config_weight", "vendored_weight")
+SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", *ROLE_WEIGHT_SETTINGS, "question_copy_weight",
                    "file_keyword_pool", "file_list",
                    "path_mentions", "question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars",
                    *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))

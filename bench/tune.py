@@ -34,7 +34,7 @@ import numpy as np
 
 from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries, settings_embedder
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
-from bench.quality import ranking_code_digest, reranker_note, select_cases
+from bench.quality import ROLE_WEIGHT_SETTINGS, ranking_code_digest, reranker_note, select_cases
 from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         reranker = load_cross_encoder(args.reranker_dir, threads=2)
         rerank_id = reranker_note(reranker)
     code = ranking_code_digest()
-    key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", "test_weight", "doc_weight",
-                                    "config_weight", "vendored_weight", "file_keyword_pool", "file_list", "path_mentions",
+    key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", *ROLE_WEIGHT_SETTINGS,
+                                    "file_keyword_pool", "file_list", "path_mentions",
                                     *SETTINGS[:5])}, code]).encode()).hexdigest()[:10]
     groups, skipped = select_cases(args.cases, cache, repos=args.repo, tags=args.tag)
     cases: list[dict] = []
