@@ -38,7 +38,7 @@ from bench.quality import ROLE_WEIGHT_SETTINGS, ranking_code_digest, reranker_no
 from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion
-from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, weighted_fuse
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, FILE_VECTOR, KEYWORD, MENTIONED, VECTOR, weighted_fuse
 from daemons.lib.roles import file_role
 from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
@@ -50,6 +50,7 @@ GRID: dict[str, tuple[float, ...]] = {
     KEYWORD: (0.0, 0.5, 1.0),
     FILE_KEYWORD: (0.0, 0.5, 1.0, 2.0),
     FILE_BM25: (0.0, 0.5, 1.0, 2.0),
+    FILE_VECTOR: (0.0, 0.5, 1.0, 2.0),
     MENTIONED: (0.5, 1.0, 2.0),
     "rrf_k": (10, 30, 60),
 }
@@ -115,6 +116,21 @@ def score(cases: list[dict], files_of) -> dict[str, Any]:
             "case_mean": mean_metrics([m for ms in per.values() for m in ms])}
 
 
+def grid_with(items: list[str]) -> dict[str, tuple[float, ...]]:
+    """``GRID`` with each ``NAME=V1,V2`` item's values in place of its own (``rrf_k``'s as integers).
+    Raises ValueError naming an unknown setting or a value that is not a number."""
+    grid = dict(GRID)
+    for item in items:
+        name, _, values = item.partition("=")
+        if name not in grid:
+            raise ValueError(f"--grid {item!r}: {name!r} is not one of {', '.join(GRID)}")
+        try:
+            grid[name] = tuple(int(v) if name == "rrf_k" else float(v) for v in values.split(","))
+        except ValueError:
+            raise ValueError(f"--grid {item!r}: the values must be numbers separated by commas") from None
+    return grid
+
+
 def config_name(weights: dict[str, float], rrf_k: int) -> str:
     return " ".join(f"{k}={v:g}" for k, v in weights.items()) + f" rrf_k={rrf_k}"
 
@@ -130,9 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedder", default=None)
     ap.add_argument("--reranker-dir", default=None, help="a cross-encoder artifact folder (default: the shipped one)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help=f"one of {', '.join(SETTINGS)}; repeatable")
+    ap.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
+                    help=f"the values tried for one of {', '.join(GRID)} instead of GRID's; repeatable")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    try:
+        grid = grid_with(args.grid)
+    except ValueError as e:
+        ap.error(str(e))
     cache = Path(args.cache).expanduser()
     out = Path(args.out or (OUT.with_name(f"tune_{args.cases}.json")))
 
@@ -193,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                          1: (given.get("rerank_fusion_k", settings.rerank_fusion_k), given.get("rerank_fusion_weight", settings.rerank_fusion_weight))}
     else:
         # each grid point: the list weights, and the RRF constant (GRID's last key)
-        configs = [(dict(zip(list(GRID)[:-1], combo[:-1])), combo[-1]) for combo in itertools.product(*GRID.values())]
+        configs = [(dict(zip(list(grid)[:-1], combo[:-1])), combo[-1]) for combo in itertools.product(*grid.values())]
         if shipped not in configs:
             configs.append(shipped)
     alone = {lst: score(cases, lambda c, lst=lst: files_in_order([datas[c["key"]]["paths"][x] for x in datas[c["key"]]["lists"].get(lst, [])]))
@@ -241,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         best_fused = next(((cfg, s) for cfg, s in fused if not below_floor(s)), fused[0])
 
     doc: dict[str, Any] = {"date": date.today().isoformat(), "cases": args.cases, "n": len(cases), "skipped": len(skipped),
-                           "embedder": embedder.model_id, "reranker": rerank_id, "grid": {k: list(v) for k, v in GRID.items()},
+                           "embedder": embedder.model_id, "reranker": rerank_id, "grid": {k: list(v) for k, v in grid.items()},
                            "alone": alone, "shipped_fused": shipped_fused,
                            "top_fused": [{"list_weights": cfg[0], "rrf_k": cfg[1], **s} for cfg, s in fused[:20]]}
     chosen = {"list_weights": best_fused[0][0], "rrf_k": best_fused[0][1], "fused": best_fused[1]}

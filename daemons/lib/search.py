@@ -12,6 +12,9 @@ of the question), each file entering at one chunk, ``keyword_k`` files long:
   scores weighed by file role before the cut, each file at its best pooled keyword chunk, else
   its nearest vector chunk, else its first chunk (``representatives``).
 
+A dense file list, ``file_vector`` (its weight 0 by default, which skips it), ranks files by their
+nearest chunk among the ``file_pool`` nearest windows, ``keyword_k`` files long, each at that chunk.
+
 A question that names files (a traceback path, ``core/basic.py``, ``sphinx.ext.autodoc``; see
 ``daemons.lib.mentions``) adds the ``mentioned`` list: those files in order of mention, each at its
 representative chunk as above.
@@ -35,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daemons.lib.fusion import (
-    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_K, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, KEYWORD_K,
-    MENTIONED, RERANK_TOP, RRF_K, VECTOR, VECTOR_K, file_keyword_list, fold_windows, weighted_fuse,
+    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILE_VECTOR, FILES, FOCUS_K, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD,
+    KEYWORD_K, MENTIONED, RERANK_TOP, RRF_K, VECTOR, VECTOR_K, file_keyword_list, file_vector_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
 from daemons.lib import echoes
@@ -89,6 +92,11 @@ class SearchParams:
     def __post_init__(self) -> None:
         if self.file_list not in FILE_LISTS:
             raise ValueError(f"file_list is {self.file_list!r}, not one of {', '.join(FILE_LISTS)}")
+
+    @property
+    def file_vector(self) -> bool:
+        """Whether the ``file_vector`` list runs: with the file lists, unless its weight is 0."""
+        return self.file_pool > 0 and (self.list_weights is None or float(self.list_weights.get(FILE_VECTOR, 1.0)) > 0)
 
 
 def question_params(s: Settings, qplan: QueryPlan) -> SearchParams:
@@ -172,7 +180,8 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
     rows_by_chunk: dict[str, dict[str, Any]] = {}
     lists: dict[str, list[str]] = {}
     pool = (results.get(KEYWORD) or [])[:file_pool]
-    vector_rows = fold_windows(results[VECTOR], limit=vector_k) if VECTOR in results else []
+    vector_pool = fold_windows(results[VECTOR]) if VECTOR in results else []
+    vector_rows = vector_pool[:vector_k]
     file_rows = results.pop(FILE_BM25, None)
     file_lists: dict[str, list[dict[str, Any]]] = {}
     if file_rows is not None:
@@ -181,6 +190,8 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
         file_lists[FILE_BM25] = representatives(file_rows[:keyword_k], pool, vector_rows)
     if file_pool > 0 and KEYWORD in results and file_list != FILES:
         file_lists[FILE_KEYWORD] = file_keyword_list(pool, limit=keyword_k)
+    if p.file_vector and vector_pool:
+        file_lists[FILE_VECTOR] = file_vector_list(vector_pool, limit=keyword_k)
     if named:
         file_lists[MENTIONED] = representatives(_first_rows(store, named, pool, vector_rows), pool, vector_rows)
     for name, rows in file_lists.items():
@@ -206,7 +217,9 @@ def _submit(store: IndexStore, keyword_query: str, query_vector: np.ndarray | No
     vector_k, keyword_k, focus_k, file_pool, file_list = p.vector_k, p.keyword_k, p.focus_k, p.file_pool, p.file_list
     jobs: dict[str, Any] = {}
     if query_vector is not None and vector_k > 0:
-        jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, vector_k)
+        # the file_vector list ranks files over a pool as deep as the keyword one
+        k = max(vector_k, file_pool) if p.file_vector else vector_k
+        jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, k)
     if keyword_k > 0:
         jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, max(keyword_k, file_pool))
         if file_pool > 0 and file_list != CHUNKS:
