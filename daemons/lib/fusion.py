@@ -36,10 +36,11 @@ FILE_KEYWORD = "file_keyword"
 FILE_BM25 = "file_bm25"
 FILE_VECTOR = "file_vector"
 MENTIONED = "mentioned"
+DEFINED = "defined"
 
 #: Each list's vote in the fusion (``rrf`` weights; settings ``list_weight_<name>``), chosen on the
 #: validation cases; SPEC §2: 1 each.
-LIST_WEIGHTS: dict[str, float] = {VECTOR: 0.5, KEYWORD: 0.5, FILE_KEYWORD: 1.0, FILE_BM25: 1.0, FILE_VECTOR: 0.0, MENTIONED: 2.0}
+LIST_WEIGHTS: dict[str, float] = {VECTOR: 0.5, KEYWORD: 0.5, FILE_KEYWORD: 1.0, FILE_BM25: 1.0, FILE_VECTOR: 0.0, MENTIONED: 2.0, DEFINED: 0.0}
 
 #: ``file_list`` values (the setting and ``hybrid_search``): which file-ranked keyword lists are fused.
 BOTH, CHUNKS, FILES = "both", "chunks", "files"

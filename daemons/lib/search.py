@@ -15,6 +15,9 @@ of the question), each file entering at one chunk, ``keyword_k`` files long:
 A dense file list, ``file_vector`` (its weight 0 by default, which skips it), ranks files by their
 nearest chunk among the ``file_pool`` nearest windows, ``keyword_k`` files long, each at that chunk.
 
+The ``defined`` list (its weight 0 by default, which skips it) is the files that define the
+question's identifiers (``daemons.lib.definitions``), each at its defining chunk.
+
 A question that names files (a traceback path, ``core/basic.py``, ``sphinx.ext.autodoc``; see
 ``daemons.lib.mentions``) adds the ``mentioned`` list: those files in order of mention, each at its
 representative chunk as above.
@@ -37,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daemons.lib.definitions import DEFINITION_ROWS, IDENTIFIERS_MAX, defined_files, identifier_query
 from daemons.lib.fusion import (
-    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILE_VECTOR, FILES, FOCUS_K, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD,
+    BOTH, CHUNKS, DEFINED, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILE_VECTOR, FILES, FOCUS_K, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD,
     KEYWORD_K, MENTIONED, RERANK_TOP, RRF_K, VECTOR, VECTOR_K, file_keyword_list, file_vector_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
@@ -84,6 +88,7 @@ class SearchParams:
     file_pool: int = FILE_KEYWORD_POOL
     file_list: str = BOTH
     mentioned: Sequence[str] = ()
+    identifiers: Sequence[str] = ()
     role_weights: Mapping[str, float] | None = None
     list_weights: Mapping[str, float] | None = None
     copy_key: str = ""
@@ -96,7 +101,15 @@ class SearchParams:
     @property
     def file_vector(self) -> bool:
         """Whether the ``file_vector`` list runs: with the file lists, unless its weight is 0."""
-        return self.file_pool > 0 and (self.list_weights is None or float(self.list_weights.get(FILE_VECTOR, 1.0)) > 0)
+        return self.file_pool > 0 and self._weighed(FILE_VECTOR)
+
+    @property
+    def defined(self) -> bool:
+        """Whether the ``defined`` list runs: the question has identifiers, and its weight is not 0."""
+        return bool(self.identifiers) and self._weighed(DEFINED)
+
+    def _weighed(self, name: str) -> bool:
+        return self.list_weights is None or float(self.list_weights.get(name, 1.0)) > 0
 
 
 def question_params(s: Settings, qplan: QueryPlan) -> SearchParams:
@@ -106,6 +119,7 @@ def question_params(s: Settings, qplan: QueryPlan) -> SearchParams:
     return SearchParams(
         vector_k=s.vector_k, keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top, rrf_k=s.rrf_k,
         file_pool=s.file_keyword_pool, file_list=s.file_list, mentioned=tuple(qplan.mentions) if s.path_mentions else (),
+        identifiers=tuple(qplan.analysis.identifiers[:IDENTIFIERS_MAX]) if qplan.analysis is not None else (),
         role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight, s.vendored_weight),
         list_weights=s.list_weights(), copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
     )
@@ -183,6 +197,7 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
     vector_pool = fold_windows(results[VECTOR]) if VECTOR in results else []
     vector_rows = vector_pool[:vector_k]
     file_rows = results.pop(FILE_BM25, None)
+    definition_hits = results.pop(DEFINED, None)
     file_lists: dict[str, list[dict[str, Any]]] = {}
     if file_rows is not None:
         # weighed by role before the cut, so tests and docs that repeat the question's words do not fill the list
@@ -192,6 +207,8 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
         file_lists[FILE_KEYWORD] = file_keyword_list(pool, limit=keyword_k)
     if p.file_vector and vector_pool:
         file_lists[FILE_VECTOR] = file_vector_list(vector_pool, limit=keyword_k)
+    if definition_hits:
+        file_lists[DEFINED] = defined_files(definition_hits)
     if named:
         file_lists[MENTIONED] = representatives(_first_rows(store, named, pool, vector_rows), pool, vector_rows)
     for name, rows in file_lists.items():
@@ -225,11 +242,18 @@ def _submit(store: IndexStore, keyword_query: str, query_vector: np.ndarray | No
         if file_pool > 0 and file_list != CHUNKS:
             # twice as many files as kept, so the role weights below have some to choose from
             jobs[FILE_BM25] = _POOL.submit(_timed, store.file_keyword_search, keyword_query, 2 * keyword_k)
+    if p.defined:
+        jobs[DEFINED] = _POOL.submit(_timed, _definition_hits, store, p.identifiers)
     if focus_paths and focus_k > 0:
         if query_vector is not None:
             jobs[FOCUS_VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, focus_k, focus_paths)
         jobs[FOCUS_KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, focus_k, focus_paths)
     return jobs
+
+
+def _definition_hits(store: IndexStore, identifiers: Sequence[str]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each identifier with its ``DEFINITION_ROWS`` best keyword chunks, for ``defined_files``."""
+    return [(ident, store.keyword_search(identifier_query(ident), DEFINITION_ROWS)) for ident in identifiers]
 
 
 def _vector_search(store: IndexStore, vectors: np.ndarray, k: int, paths: list[str] | None = None) -> list[dict[str, Any]]:
