@@ -57,9 +57,9 @@ from bench.common import (
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.validation import LONG_LIMIT, SUFFIXES, validation_cases, validation_tree, vendored_cases
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
-from daemons.lib.fusion import DEFINED, FILE_VECTOR, fold_windows
+from daemons.lib.fusion import fold_windows
 from daemons.lib.pipeline import final_files
-from daemons.lib import definitions, fusion, roles, search
+from daemons.lib import fusion, roles, search
 from daemons.lib import mentions as mentions_mod, question as question_mod
 from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
@@ -84,9 +84,9 @@ def reranker_note(reranker: Any) -> str:
 
 
 def ranking_code_digest() -> str:
-    """A digest of the role, search, fusion, mention, definition and question code: any edit to them
-    changes the rankings a cache holds, so it names the cache (here and in ``bench.tune``)."""
-    return hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod, definitions))).hexdigest()[:10]
+    """A digest of the role, search, fusion, mention and question code: any edit to them changes
+    the rankings a cache holds, so it names the cache (here and in ``bench.tune``)."""
+    return hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
 
 
 def search_key(settings: Any, rerank_note: str) -> str:
@@ -258,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranked["vector"] = files_in_order(fold_windows(search._vector_search(store, vec, 50), limit=50))
                 product = question_params(settings, plan)
                 # the ablations: no list weights, copy weight or named files unless they say so
-                # every list at weight 1, except the lists the product leaves out by default
-                bare = replace(product, mentioned=(), list_weights={FILE_VECTOR: 0.0, DEFINED: 0.0}, copy_weight=1.0)
+                bare = replace(product, mentioned=(), list_weights=None, copy_weight=1.0)
                 ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, replace(bare, file_pool=0, role_weights=None)).candidates)
                 ranked["no_file_list"] = files_in_order(hybrid_search(store, kw, vec, None, replace(bare, file_pool=0)).candidates)
                 ranked["no_mentions"] = files_in_order(hybrid_search(store, kw, vec, None, bare).candidates)

@@ -38,7 +38,7 @@ from bench.quality import ROLE_WEIGHT_SETTINGS, ranking_code_digest, reranker_no
 from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion
-from daemons.lib.fusion import DEFINED, FILE_BM25, FILE_KEYWORD, FILE_VECTOR, KEYWORD, MENTIONED, VECTOR, weighted_fuse
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, weighted_fuse
 from daemons.lib.roles import file_role
 from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
@@ -50,9 +50,7 @@ GRID: dict[str, tuple[float, ...]] = {
     KEYWORD: (0.0, 0.5, 1.0),
     FILE_KEYWORD: (0.0, 0.5, 1.0, 2.0),
     FILE_BM25: (0.0, 0.5, 1.0, 2.0),
-    FILE_VECTOR: (0.0, 0.5, 1.0, 2.0),
     MENTIONED: (0.5, 1.0, 2.0),
-    DEFINED: (0.0, 0.5, 1.0, 2.0),
     "rrf_k": (10, 30, 60),
 }
 #: Stage 2: test, doc and config multipliers tried on the best ROLE_FINALISTS list settings.

@@ -203,7 +203,7 @@ class Candidate(Body, kw_only=True):
     text: str
     language: str | None = None
     fused_score: float
-    # 1-based rank in each fused list: vector, keyword, file_keyword, file_bm25, file_vector, mentioned, focus_vector, focus_keyword
+    # 1-based rank in each fused list: vector, keyword, file_keyword, file_bm25, mentioned, focus_vector, focus_keyword
     ranks: dict[str, int] = {}
     # the fusion multiplier: role_weight, times the copy weight when quotes_question
     weight: float = 1.0

@@ -4,7 +4,7 @@ import pytest
 
 from daemons.lib.fusion import (
     FILE_KEYWORD_CHUNKS, FILE_KEYWORD_POOL, FOCUS_K, KEYWORD_K, RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RERANK_TOP, RRF_K,
-    VECTOR_K, Fused, file_keyword_list, file_vector_list, fold_windows, rerank_order, rrf,
+    VECTOR_K, Fused, file_keyword_list, fold_windows, rerank_order, rrf,
 )
 
 
@@ -131,16 +131,6 @@ def test_file_keyword_list_cut_ties_and_copies() -> None:
     assert file_keyword_list([], limit=5) == []
 
 
-def test_file_vector_list_keeps_each_files_nearest_chunk_in_vector_order() -> None:
-    """The dense file list holds one row per file, its nearest chunk's, nearest file first, cut to ``limit``."""
-    rows = [_hit("a.py", 0, 0.0), _hit("a.py", 1, 0.0), _hit("b.py", 3, 0.0), _hit("a.py", 2, 0.0), _hit("c.py", 0, 0.0)]
-    out = file_vector_list(rows, limit=2)
-    assert [r["chunk_id"] for r in out] == ["a.py#0", "b.py#3"]
-    out[0]["file_score"] = 1.0
-    assert "file_score" not in rows[0]  # copies
-    assert file_vector_list(rows, limit=0) == [] and file_vector_list([], limit=5) == []
-
-
 def _order(keys: list[float]) -> list[int]:
     return sorted(range(len(keys)), key=lambda i: (-keys[i], i))
 
@@ -205,14 +195,14 @@ def test_the_blend_rules_benchmark_measures_the_products_file_order_under_its_ra
 
 
 def test_the_tuner_grid_takes_the_values_given_for_one_list_and_names_a_bad_one() -> None:
-    """``bench.tune --grid NAME=V1,V2`` replaces that setting's values only, the dense file list is on the grid, and an unknown name or a non-number is refused."""
+    """``bench.tune --grid NAME=V1,V2`` replaces that setting's values only, every fused list is on the grid, and an unknown name or a non-number is refused."""
     from bench.tune import GRID, grid_with
-    from daemons.lib.fusion import FILE_VECTOR, LIST_WEIGHTS
+    from daemons.lib.fusion import LIST_WEIGHTS, MENTIONED
 
-    assert set(LIST_WEIGHTS) <= set(GRID) and 0.0 in GRID[FILE_VECTOR]
-    grid = grid_with(["file_vector=0,1.5", "rrf_k=10,60"])
-    assert grid[FILE_VECTOR] == (0.0, 1.5) and grid["rrf_k"] == (10, 60)
-    assert {k: v for k, v in grid.items() if k not in (FILE_VECTOR, "rrf_k")} == {k: v for k, v in GRID.items() if k not in (FILE_VECTOR, "rrf_k")}
+    assert set(LIST_WEIGHTS) <= set(GRID) and list(GRID)[-1] == "rrf_k"
+    grid = grid_with(["mentioned=0,1.5", "rrf_k=10,60"])
+    assert grid[MENTIONED] == (0.0, 1.5) and grid["rrf_k"] == (10, 60)
+    assert {k: v for k, v in grid.items() if k not in (MENTIONED, "rrf_k")} == {k: v for k, v in GRID.items() if k not in (MENTIONED, "rrf_k")}
     with pytest.raises(ValueError, match="vektor"):
         grid_with(["vektor=1"])
     with pytest.raises(ValueError, match="numbers"):

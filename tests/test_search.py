@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, FILE_VECTOR, KEYWORD, LIST_WEIGHTS, MENTIONED, VECTOR
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR
 from daemons.lib.mentions import mentions
 from daemons.lib.roles import role_weights
 from daemons.lib.search import SearchParams, hybrid_search, representatives
@@ -55,33 +55,6 @@ def test_file_pool_zero_fuses_the_four_searches_alone(store: IndexStore) -> None
     assert set(res.lists) == {VECTOR, KEYWORD}
     assert all(FILE_KEYWORD not in c["ranks"] and FILE_BM25 not in c["ranks"] for c in res.candidates)
     assert len(res.lists[KEYWORD]) <= 20
-
-
-@pytest.mark.timeout(120)
-def test_dense_file_list_reaches_files_past_the_vector_list_one_entry_each(tmp_path) -> None:
-    """With a weight, the file_vector list ranks files by their nearest chunk over the deeper pool, so a file that the first file's chunks crowd out of the vector list still gets a vote."""
-    q = np.zeros(DIM, dtype=np.float32)
-    q[0] = 1.0
-
-    def near(eps: float, axis: int) -> np.ndarray:
-        v = q.copy()
-        v[axis] = eps
-        return v
-
-    s = IndexStore.open_writer(tmp_path / "ix", META)
-    s.replace_file("src/big.py", [index_row("src/big.py", i, f"big part{i}", near(0.05 * (i + 1), 1)) for i in range(3)])
-    s.replace_file("src/next.py", [index_row("src/next.py", 0, "next part", near(0.5, 2))])
-    s.replace_file("src/far.py", [index_row("src/far.py", 0, "far part", near(5.0, 3))])
-    weights = {**LIST_WEIGHTS, FILE_VECTOR: 1.0}
-    res = hybrid_search(s, "", q, params=SearchParams(vector_k=2, file_pool=10, list_weights=weights))
-    assert [store_row_path(c) for c in res.lists[VECTOR]] == ["src/big.py", "src/big.py"]
-    assert [store_row_path(c) for c in res.lists[FILE_VECTOR]] == ["src/big.py", "src/next.py", "src/far.py"]
-    assert res.lists[FILE_VECTOR][0] == res.lists[VECTOR][0]  # each file at its nearest chunk
-    by_path = {c["path"]: c for c in res.candidates}
-    assert by_path["src/next.py"]["ranks"] == {FILE_VECTOR: 2}
-    # the shipped weight 0 leaves the list out, and SPEC's four lists (file_pool 0) never have it
-    assert FILE_VECTOR not in hybrid_search(s, "", q, params=SearchParams(vector_k=2, file_pool=10, list_weights=LIST_WEIGHTS)).lists
-    assert FILE_VECTOR not in hybrid_search(s, "", q, params=SearchParams(vector_k=2, file_pool=0)).lists
 
 
 @pytest.mark.timeout(120)

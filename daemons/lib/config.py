@@ -21,7 +21,7 @@ from typing import Any, get_type_hints
 from daemons.lib.assembly import BUDGET_CHARS, MAX_BLOCK_CHARS, NEAR_MISS_COUNT, RERANK_THRESHOLD, SNIPPET_COUNT
 from daemons.lib.chunking import DEFAULT_SETTINGS as CHUNK_DEFAULTS
 from daemons.lib.fusion import (
-    BOTH, DEFINED, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILE_VECTOR, FOCUS_K, KEYWORD, KEYWORD_K, LIST_WEIGHTS, MENTIONED,
+    BOTH, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FOCUS_K, KEYWORD, KEYWORD_K, LIST_WEIGHTS, MENTIONED,
     RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RERANK_TOP, RRF_K, VECTOR, VECTOR_K,
 )
 from daemons.lib.widening import IMPORTS_MAX_CHARS, WIDEN_MAX_CHARS
@@ -189,9 +189,7 @@ class Search:
     list_weight_keyword: float = LIST_WEIGHTS[KEYWORD]
     list_weight_file_keyword: float = LIST_WEIGHTS[FILE_KEYWORD]
     list_weight_file_bm25: float = LIST_WEIGHTS[FILE_BM25]
-    list_weight_file_vector: float = LIST_WEIGHTS[FILE_VECTOR]
     list_weight_mentioned: float = LIST_WEIGHTS[MENTIONED]
-    list_weight_defined: float = LIST_WEIGHTS[DEFINED]
     # RRF multipliers for test, doc, config and vendored files when the question does not ask for them (roles.py)
     test_weight: float = TEST_WEIGHT
     doc_weight: float = DOC_WEIGHT

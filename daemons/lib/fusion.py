@@ -34,13 +34,11 @@ FOCUS_VECTOR = "focus_vector"
 FOCUS_KEYWORD = "focus_keyword"
 FILE_KEYWORD = "file_keyword"
 FILE_BM25 = "file_bm25"
-FILE_VECTOR = "file_vector"
 MENTIONED = "mentioned"
-DEFINED = "defined"
 
 #: Each list's vote in the fusion (``rrf`` weights; settings ``list_weight_<name>``), chosen on the
 #: validation cases; SPEC §2: 1 each.
-LIST_WEIGHTS: dict[str, float] = {VECTOR: 0.5, KEYWORD: 0.5, FILE_KEYWORD: 1.0, FILE_BM25: 1.0, FILE_VECTOR: 0.0, MENTIONED: 2.0, DEFINED: 0.0}
+LIST_WEIGHTS: dict[str, float] = {VECTOR: 0.5, KEYWORD: 0.5, FILE_KEYWORD: 1.0, FILE_BM25: 1.0, MENTIONED: 2.0}
 
 #: ``file_list`` values (the setting and ``hybrid_search``): which file-ranked keyword lists are fused.
 BOTH, CHUNKS, FILES = "both", "chunks", "files"
@@ -169,22 +167,6 @@ def file_keyword_list(
         row["file_score"] = totals[p]
         out.append(row)
     return out
-
-
-def file_vector_list(rows: Iterable[Mapping[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """Rank files by their nearest chunk: one row per file (a copy of its nearest chunk's), nearest
-    file first, cut to ``limit``.
-
-    ``rows`` are chunk rows in vector order (``fold_windows``' output over a pool deeper than the
-    vector list). The dense counterpart of :func:`file_keyword_list`: each file votes once, so a
-    file whose many chunks fill the vector list does not push the next files out of it.
-    """
-    best: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        if len(best) >= limit:
-            break
-        best.setdefault(row["path"], dict(row))
-    return list(best.values())
 
 
 def rerank_order(

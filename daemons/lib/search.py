@@ -12,12 +12,6 @@ of the question), each file entering at one chunk, ``keyword_k`` files long:
   scores weighed by file role before the cut, each file at its best pooled keyword chunk, else
   its nearest vector chunk, else its first chunk (``representatives``).
 
-A dense file list, ``file_vector`` (its weight 0 by default, which skips it), ranks files by their
-nearest chunk among the ``file_pool`` nearest windows, ``keyword_k`` files long, each at that chunk.
-
-The ``defined`` list (its weight 0 by default, which skips it) is the files that define the
-question's identifiers (``daemons.lib.definitions``), each at its defining chunk.
-
 A question that names files (a traceback path, ``core/basic.py``, ``sphinx.ext.autodoc``; see
 ``daemons.lib.mentions``) adds the ``mentioned`` list: those files in order of mention, each at its
 representative chunk as above.
@@ -40,10 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daemons.lib.definitions import DEFINITION_ROWS, IDENTIFIERS_MAX, defined_files, identifier_query
 from daemons.lib.fusion import (
-    BOTH, CHUNKS, DEFINED, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILE_VECTOR, FILES, FOCUS_K, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD,
-    KEYWORD_K, MENTIONED, RERANK_TOP, RRF_K, VECTOR, VECTOR_K, file_keyword_list, file_vector_list, fold_windows, weighted_fuse,
+    BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_K, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, KEYWORD_K,
+    MENTIONED, RERANK_TOP, RRF_K, VECTOR, VECTOR_K, file_keyword_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
 from daemons.lib import echoes
@@ -88,7 +81,6 @@ class SearchParams:
     file_pool: int = FILE_KEYWORD_POOL
     file_list: str = BOTH
     mentioned: Sequence[str] = ()
-    identifiers: Sequence[str] = ()
     role_weights: Mapping[str, float] | None = None
     list_weights: Mapping[str, float] | None = None
     copy_key: str = ""
@@ -98,19 +90,6 @@ class SearchParams:
         if self.file_list not in FILE_LISTS:
             raise ValueError(f"file_list is {self.file_list!r}, not one of {', '.join(FILE_LISTS)}")
 
-    @property
-    def file_vector(self) -> bool:
-        """Whether the ``file_vector`` list runs: with the file lists, unless its weight is 0."""
-        return self.file_pool > 0 and self._weighed(FILE_VECTOR)
-
-    @property
-    def defined(self) -> bool:
-        """Whether the ``defined`` list runs: the question has identifiers, and its weight is not 0."""
-        return bool(self.identifiers) and self._weighed(DEFINED)
-
-    def _weighed(self, name: str) -> bool:
-        return self.list_weights is None or float(self.list_weights.get(name, 1.0)) > 0
-
 
 def question_params(s: Settings, qplan: QueryPlan) -> SearchParams:
     """The product's parameters for one question's plan under settings ``s`` (the daemons' own, or
@@ -119,7 +98,6 @@ def question_params(s: Settings, qplan: QueryPlan) -> SearchParams:
     return SearchParams(
         vector_k=s.vector_k, keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top, rrf_k=s.rrf_k,
         file_pool=s.file_keyword_pool, file_list=s.file_list, mentioned=tuple(qplan.mentions) if s.path_mentions else (),
-        identifiers=tuple(qplan.analysis.identifiers[:IDENTIFIERS_MAX]) if qplan.analysis is not None else (),
         role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight, s.vendored_weight),
         list_weights=s.list_weights(), copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
     )
@@ -194,10 +172,8 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
     rows_by_chunk: dict[str, dict[str, Any]] = {}
     lists: dict[str, list[str]] = {}
     pool = (results.get(KEYWORD) or [])[:file_pool]
-    vector_pool = fold_windows(results[VECTOR]) if VECTOR in results else []
-    vector_rows = vector_pool[:vector_k]
+    vector_rows = fold_windows(results[VECTOR], limit=vector_k) if VECTOR in results else []
     file_rows = results.pop(FILE_BM25, None)
-    definition_hits = results.pop(DEFINED, None)
     file_lists: dict[str, list[dict[str, Any]]] = {}
     if file_rows is not None:
         # weighed by role before the cut, so tests and docs that repeat the question's words do not fill the list
@@ -205,10 +181,6 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
         file_lists[FILE_BM25] = representatives(file_rows[:keyword_k], pool, vector_rows)
     if file_pool > 0 and KEYWORD in results and file_list != FILES:
         file_lists[FILE_KEYWORD] = file_keyword_list(pool, limit=keyword_k)
-    if p.file_vector and vector_pool:
-        file_lists[FILE_VECTOR] = file_vector_list(vector_pool, limit=keyword_k)
-    if definition_hits:
-        file_lists[DEFINED] = defined_files(definition_hits)
     if named:
         file_lists[MENTIONED] = representatives(_first_rows(store, named, pool, vector_rows), pool, vector_rows)
     for name, rows in file_lists.items():
@@ -234,26 +206,17 @@ def _submit(store: IndexStore, keyword_query: str, query_vector: np.ndarray | No
     vector_k, keyword_k, focus_k, file_pool, file_list = p.vector_k, p.keyword_k, p.focus_k, p.file_pool, p.file_list
     jobs: dict[str, Any] = {}
     if query_vector is not None and vector_k > 0:
-        # the file_vector list ranks files over a pool as deep as the keyword one
-        k = max(vector_k, file_pool) if p.file_vector else vector_k
-        jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, k)
+        jobs[VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, vector_k)
     if keyword_k > 0:
         jobs[KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, max(keyword_k, file_pool))
         if file_pool > 0 and file_list != CHUNKS:
             # twice as many files as kept, so the role weights below have some to choose from
             jobs[FILE_BM25] = _POOL.submit(_timed, store.file_keyword_search, keyword_query, 2 * keyword_k)
-    if p.defined:
-        jobs[DEFINED] = _POOL.submit(_timed, _definition_hits, store, p.identifiers)
     if focus_paths and focus_k > 0:
         if query_vector is not None:
             jobs[FOCUS_VECTOR] = _POOL.submit(_timed, _vector_search, store, query_vector, focus_k, focus_paths)
         jobs[FOCUS_KEYWORD] = _POOL.submit(_timed, store.keyword_search, keyword_query, focus_k, focus_paths)
     return jobs
-
-
-def _definition_hits(store: IndexStore, identifiers: Sequence[str]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Each identifier with its ``DEFINITION_ROWS`` best keyword chunks, for ``defined_files``."""
-    return [(ident, store.keyword_search(identifier_query(ident), DEFINITION_ROWS)) for ident in identifiers]
 
 
 def _vector_search(store: IndexStore, vectors: np.ndarray, k: int, paths: list[str] | None = None) -> list[dict[str, Any]]:
