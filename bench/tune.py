@@ -57,7 +57,7 @@ GRID: dict[str, tuple[float, ...]] = {
 ROLE_GRID: dict[str, tuple[float, ...]] = {"test": (0.1, 0.25, 0.5, 1.0), "doc": (0.1, 0.25, 0.5, 1.0), "config": (0.25, 0.5, 1.0)}
 ROLE_FINALISTS = 10
 #: Settings a run can be given (``--set``); the first five (the question's) and the role weights name the cache.
-SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", "rrf_k", "test_weight",
+SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", "rrf_k", "file_keyword_pool", "test_weight",
             "doc_weight", "config_weight", "rerank_fusion_k", "rerank_fusion_weight", *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
 #: Whose probabilities the case files held before they were kept per cross-encoder.
 LEGACY_PROBS = "wsctx-minilm-l6-code-ce@2 (model sha256 f1b2a5354dc1)"
