@@ -3,11 +3,11 @@
 Training continues from the model the product ships, so the fp32 checkpoint of an earlier
 version is not needed: every int8 weight of ``models/artifacts/cross-encoder/model.int8.onnx`` is
 dequantised (``(q - zero_point) * scale``, per channel where the file is) back into the graph's
-torch names; the fused QKV matrix is split into query, key and value; the head keeps its folded
+torch names, and a projection the export kept in fp32 is taken as it is; the fused QKV matrix is split into query, key and value; the head keeps its folded
 calibration (the next export calibrates again on top). The result is checked against
 onnxruntime on validation pairs before it is saved.
 
-    python training/cross_encoder/recover.py --out models/.work/ce_v2.pt
+    python training/cross_encoder/recover.py --out models/.work/ce_v4.pt
 """
 from __future__ import annotations
 
@@ -57,6 +57,11 @@ def dequantised(path: Path) -> dict[str, torch.Tensor]:
                 parts = node.name.strip("/").split("/")
                 layer = parts[2].split(".")[1]
                 sd[f"bert.encoder.layer.{layer}.{'.'.join(parts[3:-1])}.weight"] = w
+        elif node.op_type == "MatMul" and node.input[1] in init and node.name.startswith("/bert/encoder/"):
+            # a projection the export kept in fp32 (version 4's "FFN outputs fp32" variant)
+            parts = node.name.strip("/").split("/")
+            layer = parts[2].split(".")[1]
+            sd[f"bert.encoder.layer.{layer}.{'.'.join(parts[3:-1])}.weight"] = init[node.input[1]].T
     for name, arr in init.items():
         if name.startswith(("bert.encoder.", "head.bias")):
             sd[name] = arr
