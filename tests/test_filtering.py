@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemons.lib.filtering import WorkspaceFilter, classify_file, data_file_reason
+import pytest
+
+from daemons.lib.config import load_settings
+from daemons.lib.filtering import WorkspaceFilter, classify_file, data_file_reason, ignore_spec
 
 
 def test_a_big_data_format_file_is_data():
@@ -52,3 +55,32 @@ def test_files_are_indexed_newest_first(tmp_path: Path):
         t = 1_700_000_000 - age
         os.utime(tmp_path / name, (t, t))
     assert newest_first(tmp_path, ["old.py", "gone.py", "mid.py", "b_new.py", "a_new.py"]) == ["a_new.py", "b_new.py", "mid.py", "old.py", "gone.py"]
+
+
+def test_ignore_file_lines_that_make_no_pattern_are_left_out_and_the_rest_apply():
+    """A lone ``!``, a trailing backslash and a reversed range match nothing, as in git; the file's other lines still ignore and negate."""
+    spec, bad = ignore_spec(["!", "*.log", "\\", "[z-a]", "!keep.log", "# a comment", ""])
+    assert bad == ["!", "\\", "[z-a]"]
+    assert spec.match_file("debug.log") and not spec.match_file("keep.log") and not spec.match_file("main.py")
+    assert ignore_spec(["*.log"])[1] == []
+
+
+def test_a_nested_ignore_file_with_such_lines_is_reported_once_and_walked(tmp_path):
+    """Walking a tree whose nested ``.gitignore`` holds a lone ``!`` keeps its valid lines and tells the caller the file and the lines, once."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / ".gitignore").write_text("!\n*.tmp\n")
+    for rel in ("a/x.tmp", "a/y.py", "z.py"):
+        (tmp_path / rel).write_text("x = 1\n")
+    heard: list[tuple[str, list[str]]] = []
+    wf = WorkspaceFilter(tmp_path, on_bad_lines=lambda name, lines: heard.append((name, lines)))
+    assert sorted(wf.iter_files()) == ["a/.gitignore", "a/y.py", "z.py"]
+    assert not wf.is_ignored("a/y.py") and wf.is_ignored("a/x.tmp")
+    assert heard == [("a/.gitignore", ["!"])]
+
+
+def test_a_user_glob_that_makes_no_pattern_is_a_settings_error_naming_it(tmp_path):
+    """An exclude or include glob no pattern can be made of is refused when the settings load, with the setting and the glob named."""
+    with pytest.raises(ValueError, match=r"WSCTX_EXCLUDE_GLOBS.*exclude_globs: '\[z-a\]' is not a valid glob"):
+        load_settings(str(tmp_path / "none.toml"), env={"WSCTX_EXCLUDE_GLOBS": "*.log,[z-a]"})
+    with pytest.raises(ValueError, match="include_globs/exclude_globs: '!'"):
+        WorkspaceFilter(tmp_path, include_globs=["!"])

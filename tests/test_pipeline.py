@@ -242,6 +242,22 @@ def test_mixed_workspace_is_indexed_and_skips_what_it_must(pipeline):
 
 
 @pytest.mark.timeout(180)
+def test_an_ignore_file_line_that_makes_no_pattern_is_reported_and_the_rest_still_applies(pipeline):
+    """A ``.gitignore`` holding lines no pattern can be made of (a lone ``!``, as black's test data has) is read around: the workspace is indexed, its other lines still ignore, and the watcher names the file and lines."""
+    d, root, wid = pipeline
+    (root / "data").mkdir()
+    (root / "data" / ".gitignore").write_text("!\n*.tmp\n[z-a]\n")
+    (root / "data" / "scratch.tmp").write_text("def scratch_rows():\n    return 1\n")
+    (root / "data" / "loader.py").write_text("def load_rows():\n    return []\n")
+    (root / "main.py").write_text("def main():\n    return 0\n")
+    d.start()
+    wait_synced(d, root)
+    assert indexed_paths(d, root) == {"main.py", "data/loader.py", "data/.gitignore"}
+    events = wait_until(lambda: d.log_events("watcher", "ignore_lines_skipped"), 30, message=d.log_tail)
+    assert {(e["file"], tuple(e["lines"])) for e in events} == {("data/.gitignore", ("!", "[z-a]"))}
+
+
+@pytest.mark.timeout(180)
 def test_edit_delete_rename_keep_table_in_step(pipeline):
     """Editing a file replaces its rows, deleting removes them, renaming moves them, and a newly ignored file loses its rows."""
     d, root, wid, _ = start_indexed(pipeline)

@@ -27,6 +27,7 @@ from daemons.lib.fusion import (
 from daemons.lib.widening import IMPORTS_MAX_CHARS, WIDEN_MAX_CHARS
 from daemons.lib.windows import WINDOW_CHARS, WINDOW_OVERLAP
 from daemons.lib.echoes import QUESTION_COPY_WEIGHT
+from daemons.lib.filtering import bad_glob
 from daemons.lib.roles import CONFIG_WEIGHT, DOC_WEIGHT, TEST_WEIGHT, VENDORED_WEIGHT
 from daemons.lib.question import DENSE_MAX_WINDOWS, DENSE_QUERIES, KEYWORD_MAX_TERMS, RERANK_QUERY_CHARS, WHOLE
 from models.batching import BATCH_MAX, BATCH_TOKENS
@@ -446,6 +447,10 @@ def _check_values(values: Mapping[str, Any], sources: Mapping[str, str]) -> None
     for key, choices in (("file_list", FILE_LISTS), ("dense_query", DENSE_QUERIES), ("ranking", RANKINGS), ("arrow_memory_pool", ARROW_POOLS)):
         if key in values and values[key] not in choices:
             raise ValueError(f"{sources.get(key, 'setting')}: {key} {values[key]!r}: use {', '.join(c or repr(c) for c in choices)}")
+    for key in ("include_globs", "exclude_globs"):
+        problem = bad_glob(values.get(key) or [])
+        if problem:
+            raise ValueError(f"{sources.get(key, 'setting')}: {key}: {problem}")
 
 
 #: The settings one question may set for itself (a request's ``settings.overrides``, ``wsctx ask

@@ -4,6 +4,9 @@ the user's include/exclude globs, and a content sniff that skips binary and non-
 Ignore rules follow git: ``.gitignore`` files at every level (deeper files win), then
 ``.git/info/exclude`` and the global excludes file (``core.excludesFile``, else
 ``~/.config/git/ignore``). The last matching pattern decides, so negations (``!keep.log``) work.
+A line of an ignore file that makes no pattern (a lone ``!``, a trailing ``\\``, a range such as
+``[z-a]``) matches nothing, as in git: it is left out and reported (``ignore_spec``), never fails
+the walk. A user glob that makes no pattern is a settings error (``bad_glob``).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pathspec
 
@@ -160,6 +163,35 @@ def _global_excludes_file() -> Path | None:
     return Path(xdg) / "git" / "ignore"
 
 
+def _pattern_error(line: str) -> str:
+    """Why *line* makes no git ignore pattern, or ''."""
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except (ValueError, re.error) as exc:
+        return str(exc) or type(exc).__name__
+    return ""
+
+
+def ignore_spec(lines: Iterable[str]) -> tuple[pathspec.GitIgnoreSpec, list[str]]:
+    """The patterns of an ignore file's *lines* as one spec, and the lines left out because no
+    pattern can be made of them (git matches nothing with such a line and reads on)."""
+    lines = list(lines)
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines), []
+    except (ValueError, re.error):
+        bad = [line for line in lines if _pattern_error(line)]
+        return pathspec.GitIgnoreSpec.from_lines([line for line in lines if line not in bad]), bad
+
+
+def bad_glob(globs: Iterable[str]) -> str:
+    """The first of the user's include or exclude *globs* that makes no pattern, with why, or ''."""
+    for glob in globs:
+        why = _pattern_error(glob)
+        if why:
+            return f"{glob!r} is not a valid glob ({why})"
+    return ""
+
+
 def _read_lines(path: Path) -> list[str]:
     try:
         return path.read_text(errors="replace").splitlines()
@@ -170,24 +202,40 @@ def _read_lines(path: Path) -> list[str]:
 class WorkspaceFilter:
     """Decides, for paths relative to ``root``, whether they are indexed."""
 
-    def __init__(self, root: str | Path, include_globs: list[str] | None = None, exclude_globs: list[str] | None = None, max_file_bytes: int = 1_000_000) -> None:
+    def __init__(self, root: str | Path, include_globs: list[str] | None = None, exclude_globs: list[str] | None = None, max_file_bytes: int = 1_000_000,
+                 on_bad_lines: Callable[[str, list[str]], None] | None = None) -> None:
+        """ValueError names a user glob that makes no pattern. *on_bad_lines(file, lines)* hears of
+        each ignore file's lines that make none, once per reading of that file."""
+        problem = bad_glob([*(include_globs or []), *(exclude_globs or [])])
+        if problem:
+            raise ValueError(f"include_globs/exclude_globs: {problem}")
         self.root = Path(root).resolve()
         self.max_file_bytes = max_file_bytes
+        self.on_bad_lines = on_bad_lines
         self.defaults = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDES)
         self.user_excludes = pathspec.GitIgnoreSpec.from_lines(exclude_globs or [])
         self.user_includes = pathspec.GitIgnoreSpec.from_lines(include_globs) if include_globs else None
         top: list[str] = []
         gx = _global_excludes_file()
-        if gx is not None:
-            top += _read_lines(gx)
-        top += _read_lines(self.root / ".git" / "info" / "exclude")
+        for path in ([gx] if gx is not None else []) + [self.root / ".git" / "info" / "exclude"]:
+            top += self._checked(str(path), _read_lines(path))[1]
         self.top = pathspec.GitIgnoreSpec.from_lines(top)
         self._nested: dict[str, pathspec.GitIgnoreSpec | None] = {}
+
+    def _checked(self, name: str, lines: list[str]) -> tuple[pathspec.GitIgnoreSpec, list[str]]:
+        """``ignore_spec(lines)`` and *lines* without those that make no pattern, which are reported
+        under *name*."""
+        spec, bad = ignore_spec(lines)
+        if not bad:
+            return spec, lines
+        if self.on_bad_lines is not None:
+            self.on_bad_lines(name, bad)
+        return spec, [line for line in lines if line not in bad]
 
     def _spec_for_dir(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
         if rel_dir not in self._nested:
             lines = _read_lines(self.root / rel_dir / ".gitignore")
-            self._nested[rel_dir] = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+            self._nested[rel_dir] = self._checked(f"{rel_dir}/.gitignore" if rel_dir else ".gitignore", lines)[0] if lines else None
         return self._nested[rel_dir]
 
     def data_policy_applies(self, rel: str) -> bool:

@@ -98,7 +98,12 @@ class Watcher(runtime.Service):
         if not rootp.is_dir():
             self.log.warning("workspace_missing", workspace=wid, root=root)
             return
-        ws = WorkspaceState(wid, rootp.resolve(), WorkspaceFilter(rootp, self.s.include_globs, self.s.exclude_globs, self.s.max_file_bytes))
+        def bad_lines(name: str, lines: list[str]) -> None:
+            self.log.warning("ignore_lines_skipped", workspace=wid, file=name, lines=lines[:5], count=len(lines),
+                             reason="no pattern can be made of them; like git, they match nothing")
+
+        ws = WorkspaceState(wid, rootp.resolve(), WorkspaceFilter(rootp, self.s.include_globs, self.s.exclude_globs, self.s.max_file_bytes,
+                                                                  on_bad_lines=bad_lines))
         self._arm(ws)
         with self.lock:
             self.workspaces[wid] = ws
