@@ -215,27 +215,24 @@ class WorkspaceFilter:
         self.defaults = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDES)
         self.user_excludes = pathspec.GitIgnoreSpec.from_lines(exclude_globs or [])
         self.user_includes = pathspec.GitIgnoreSpec.from_lines(include_globs) if include_globs else None
-        top: list[str] = []
         gx = _global_excludes_file()
+        # the global file's patterns, then .git/info/exclude's: the later ones decide
+        self.top = pathspec.GitIgnoreSpec.from_lines([])
         for path in ([gx] if gx is not None else []) + [self.root / ".git" / "info" / "exclude"]:
-            top += self._checked(str(path), _read_lines(path))[1]
-        self.top = pathspec.GitIgnoreSpec.from_lines(top)
+            self.top += self._checked(str(path), _read_lines(path))
         self._nested: dict[str, pathspec.GitIgnoreSpec | None] = {}
 
-    def _checked(self, name: str, lines: list[str]) -> tuple[pathspec.GitIgnoreSpec, list[str]]:
-        """``ignore_spec(lines)`` and *lines* without those that make no pattern, which are reported
-        under *name*."""
+    def _checked(self, name: str, lines: list[str]) -> pathspec.GitIgnoreSpec:
+        """``ignore_spec(lines)``'s spec; the lines that make no pattern are reported under *name*."""
         spec, bad = ignore_spec(lines)
-        if not bad:
-            return spec, lines
-        if self.on_bad_lines is not None:
+        if bad and self.on_bad_lines is not None:
             self.on_bad_lines(name, bad)
-        return spec, [line for line in lines if line not in bad]
+        return spec
 
     def _spec_for_dir(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
         if rel_dir not in self._nested:
             lines = _read_lines(self.root / rel_dir / ".gitignore")
-            self._nested[rel_dir] = self._checked(f"{rel_dir}/.gitignore" if rel_dir else ".gitignore", lines)[0] if lines else None
+            self._nested[rel_dir] = self._checked(f"{rel_dir}/.gitignore" if rel_dir else ".gitignore", lines) if lines else None
         return self._nested[rel_dir]
 
     def data_policy_applies(self, rel: str) -> bool:
