@@ -3,8 +3,9 @@
 Training continues from the model the product ships, so the fp32 checkpoint of an earlier
 version is not needed: every int8 weight of ``models/artifacts/cross-encoder/model.int8.onnx`` is
 dequantised (``(q - zero_point) * scale``, per channel where the file is) back into the graph's
-torch names, and a projection the export kept in fp32 is taken as it is; the fused QKV matrix is split into query, key and value; the head keeps its folded
-calibration (the next export calibrates again on top). The result is checked against
+torch names, and a projection the export kept in fp32 is taken as it is; the fused QKV matrix is
+split into query, key and value; the head keeps its folded calibration (the next export
+calibrates again on top). The result is checked against
 onnxruntime on validation pairs before it is saved.
 
     python training/cross_encoder/recover.py --out models/.work/ce_v4.pt
@@ -20,6 +21,14 @@ import torch
 from common import REPO, CrossEncoderModel, load_tokenizer, predict, read_pairs
 
 SHIPPED = REPO / "models/artifacts/cross-encoder/model.int8.onnx"
+
+
+def encoder_weight(node_name: str) -> str:
+    """The torch name of an encoder projection's weight from its ONNX node's name:
+    ``/bert/encoder/layer.0/attention/output/dense/MatMul_quant`` ->
+    ``bert.encoder.layer.0.attention.output.dense.weight``."""
+    parts = node_name.strip("/").split("/")
+    return f"bert.encoder.layer.{parts[2].split('.')[1]}.{'.'.join(parts[3:-1])}.weight"
 
 
 def dequantised(path: Path) -> dict[str, torch.Tensor]:
@@ -53,15 +62,10 @@ def dequantised(path: Path) -> dict[str, torch.Tensor]:
             if node.name.startswith("/head/"):
                 sd["head.weight"] = w.reshape(1, -1)
             else:
-                # /bert/encoder/layer.0/attention/output/dense/MatMul_quant
-                parts = node.name.strip("/").split("/")
-                layer = parts[2].split(".")[1]
-                sd[f"bert.encoder.layer.{layer}.{'.'.join(parts[3:-1])}.weight"] = w
+                sd[encoder_weight(node.name)] = w
         elif node.op_type == "MatMul" and node.input[1] in init and node.name.startswith("/bert/encoder/"):
             # a projection the export kept in fp32 (version 4's "FFN outputs fp32" variant)
-            parts = node.name.strip("/").split("/")
-            layer = parts[2].split(".")[1]
-            sd[f"bert.encoder.layer.{layer}.{'.'.join(parts[3:-1])}.weight"] = init[node.input[1]].T
+            sd[encoder_weight(node.name)] = init[node.input[1]].T
     for name, arr in init.items():
         if name.startswith(("bert.encoder.", "head.bias")):
             sd[name] = arr
