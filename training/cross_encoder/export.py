@@ -220,6 +220,9 @@ def main() -> None:
     ap.add_argument("--data", nargs="+", default=[str(REPO / "training/cross_encoder/data/pairs.jsonl.gz"),
                                                   str(REPO / "training/cross_encoder/data/changelog_pairs.jsonl.gz")])
     ap.add_argument("--previous", default="", help="an earlier int8 model to score on the same validation lists")
+    ap.add_argument("--base-state", default="",
+                    help="a full state dict (recover.py's) under --ckpt, when --ckpt holds only the trained weights "
+                         "(training.train --trainable-half)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-baseline", action="store_true")
     ap.add_argument("--variant", choices=list(QUANT_VARIANTS), default=None,
@@ -240,7 +243,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tok = load_tokenizer()
     model = CrossEncoderModel(attn="eager")
-    model.load_state_dict(torch.load(args.ckpt, map_location="cpu"))
+    state = torch.load(args.base_state, map_location="cpu") if args.base_state else {}
+    state.update({k: v.float() for k, v in torch.load(args.ckpt, map_location="cpu").items()})
+    model.load_state_dict(state)
     model.eval()
     WORK.mkdir(parents=True, exist_ok=True)
 
