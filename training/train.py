@@ -266,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the 30,522 x 384 token table fixed (half the weights): the trained rest "
                          "is what --trainable-half writes")
     ap.add_argument("--trainable-half", action="store_true",
-                    help="also write DIR/ce.trainable.fp16.pt: the trained weights alone, in fp16, for a "
-                         "machine whose files come back small (export.py --base-state fills in the rest)")
+                    help="also write DIR/trainable.fp16.pt: the trained weights alone, in fp16, for a machine "
+                         "whose files come back small (the cross-encoder's: export.py --base-state fills in the "
+                         "rest; the embedder's: --init-state of a --steps 0 run writes its model folder)")
     args = ap.parse_args(argv)
     out = args.out or WORK / args.model
     out.mkdir(parents=True, exist_ok=True)
@@ -294,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     model: nn.Module = (Encoder(init) if args.model == "embedder" else CrossEncoder(init)).to(device)
     if args.init_state is not None:
-        model.load_state_dict(torch.load(args.init_state, map_location=device))
+        # strict but for buffers (position ids), which transformers versions keep or drop
+        missing, unexpected = model.load_state_dict(torch.load(args.init_state, map_location=device), strict=False)
+        buffers = {name for name, _ in model.named_buffers()}
+        if unexpected or set(missing) - buffers:
+            raise SystemExit(f"--init-state does not fit the model: missing {sorted(set(missing) - buffers)}, "
+                             f"unexpected {unexpected}")
     if args.freeze_word_embeddings:
         model.bert.embeddings.word_embeddings.weight.requires_grad_(False)  # type: ignore[union-attr]
     texts = Texts(tok, args.query_tokens)
@@ -378,9 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         (out / "model" / "tokenizer.json").write_bytes((init / "tokenizer.json").read_bytes())
     else:
         torch.save(model.state_dict(), out / "ce.pt")
-        if args.trainable_half:
-            torch.save({name: p.detach().to("cpu", torch.float16) for name, p in model.named_parameters() if p.requires_grad},
-                       out / "ce.trainable.fp16.pt")
+    if args.trainable_half:
+        torch.save({name: p.detach().to("cpu", torch.float16) for name, p in model.named_parameters() if p.requires_grad},
+                   out / "trainable.fp16.pt")
     print(f"done: step {step}, {seen} queries in {elapsed:.0f} s -> {out}", flush=True)
     return 0
 
