@@ -82,6 +82,9 @@ class Broker(WorkerPool, runtime.Service):
     # ------------------------------------------------------------------ requests
 
     def reply(self, req_routing: list[bytes], header: Header | None, body: Any) -> None:
+        # the status snapshot (read by the control thread) is refreshed before the reply goes out,
+        # so an asker that reads status next sees what this request cached and counted
+        self._update_status(time.monotonic())
         try:
             self.frontend.send_multipart(envelope.encode(body, parent=header, sender="reranker", routing=req_routing), zmq.NOBLOCK)
         except zmq.ZMQError as exc:
