@@ -55,7 +55,7 @@ from bench.common import (
     robustness, robustness_table, settings_embedder, workspace_files,
 )
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
-from bench.validation import LONG_LIMIT, SUFFIXES, validation_cases, validation_tree, vendored_cases
+from bench.validation import LONG_LIMIT, SUFFIXES, traceback_cases, validation_cases, validation_tree, vendored_cases
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows
 from daemons.lib.pipeline import final_files
@@ -154,6 +154,8 @@ def select_cases(which: str, cache: Path, repos: list[str] | None = None, tags: 
         cases = validation_cases(LONG_LIMIT, long_only=True)
     elif which == "validation-vendored":
         cases = vendored_cases()
+    elif which == "validation-traceback":
+        cases = traceback_cases()
     else:
         cases = load_cases(which)
     if repos:
@@ -193,7 +195,7 @@ def select_cases(which: str, cache: Path, repos: list[str] | None = None, tags: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="commits", choices=[*CASE_FILES, "all", "validation", "validation-long", "validation-vendored"],
+    ap.add_argument("--cases", default="commits", choices=[*CASE_FILES, "all", "validation", "validation-long", "validation-vendored", "validation-traceback"],
                     help="an eval case file, all of them, or the validation cases (bench/validation.py) that settings are chosen on")
     ap.add_argument("--repo", action="append", help="owner/name or PyPI name; repeatable")
     ap.add_argument("--skip-repo", action="append", default=[], help="leave this repository out (reported)")

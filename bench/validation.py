@@ -17,6 +17,11 @@ The gold files are the non-test source files each commit modified.
   validation repository does), for choosing ``vendored_weight``. None of their commits is an eval
   case; the cross-encoder's training lists came from the training repositories under 1,400
   chunks, which these are not.
+* ``traceback_cases(limit)`` is the ``validation-traceback`` set: the commit messages that quote a
+  traceback (``question.analyse`` finds frames in them) from ``TRACEBACK_MANIFEST``'s repositories,
+  Python projects that are neither eval nor training repositories, for choosing how far the files
+  of a traceback's frames are trusted. Only 3 of the 535 ``validation`` and ``validation-long``
+  cases quote one (SWE-bench Lite: 29 of 140). Mined to ``training/.work/mined-traceback/``.
 * ``validation_tree(repo, commit, cache)`` is the tree at the commit, unpacked once with ``git
   archive`` from the fetched git directory (``/work/.mirror/OWNER+NAME/repo``, or
   ``$WSCTX_MIRROR``) under ``<cache>/trees/val/``.
@@ -45,6 +50,8 @@ from training.corpus.mine import load_manifest
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "training" / "corpus" / "manifest.json"
 MINED = ROOT / "training" / ".work" / "mined"
+MINED_TRACEBACK = ROOT / "training" / ".work" / "mined-traceback"
+TRACEBACK_MANIFEST = ROOT / "bench" / "traceback_repos.json"
 MIRROR = Path(os.environ.get("WSCTX_MIRROR") or "/work/.mirror")
 #: Cases per repository: enough for a per-repository figure, few enough to index and score on 2 cores.
 PER_REPO = 60
@@ -100,6 +107,12 @@ def vendored_cases(limit: int = PER_REPO, mined: Path = MINED) -> list[dict]:
     """At most *limit* change -> code cases from each of ``VENDORED_REPOS`` (the ``validation-vendored`` set)."""
     entries = [e for e in load_manifest(MANIFEST) if e["repo"] in VENDORED_REPOS]
     return manifest_cases(entries, limit, mined, set_name="validation-vendored")
+
+
+def traceback_cases(limit: int = PER_REPO, mined: Path = MINED_TRACEBACK) -> list[dict]:
+    """At most *limit* cases that quote a traceback from each of ``TRACEBACK_MANIFEST``'s
+    repositories (the ``validation-traceback`` set)."""
+    return manifest_cases(load_manifest(TRACEBACK_MANIFEST), limit, mined, set_name="validation-traceback")
 
 
 def manifest_cases(entries: list[dict], limit: int, mined: Path = MINED, long_only: bool = False,

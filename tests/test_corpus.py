@@ -195,6 +195,34 @@ def test_a_change_query_is_asked_of_the_parent_tree_with_its_changed_chunks_posi
     assert not [r for r in docs if r["positives"][0]["path"].startswith("tests/")]
 
 
+def test_only_messages_that_quote_a_traceback_are_mined_with_only_frames(history, tmp_path: Path) -> None:
+    """With only_frames a message without a traceback is dropped, a traceback commit is kept, and max_docs 0 skips the docstrings."""
+    mirror, info = history
+    work = tmp_path / "work"
+    pool = (work / "pkg" / "pool.py").read_text()
+    (work / "pkg" / "pool.py").write_text(pool.replace("value_6 = items[6] * limit", "value_6 = items[6] * max(limit, 1)"))
+    _git(work, "commit", "-q", "-am", "Fix the crash of connect pool on an empty limit\n\nTraceback (most recent call last):\n"
+         '  File "/srv/app/pkg/pool.py", line 30, in connect_pool\n    value_6 = items[6] * limit\nZeroDivisionError: division by zero')
+    crash = _git(work, "rev-parse", "HEAD").strip()
+    _git(work, "push", "-q", str(mirror / "me+pool" / "repo"), "main")
+    out = tmp_path / "tb"
+    out.mkdir()
+    stats = mine_repo({"repo": "me/pool", "commit": crash}, mirror, out, 10, 0, 10, only_frames=True)
+    rows = [json.loads(line) for line in gzip.open(out / "me+pool.jsonl.gz", "rt")]
+    assert [r["commit"] for r in rows] == [crash] and rows[0]["kind"] == "change"
+    assert stats["no_traceback"] == 1 and stats["change_queries"] == 1 and stats["doc_queries"] == 0
+
+
+def test_the_traceback_validation_repositories_are_neither_eval_nor_training_sources() -> None:
+    """bench/traceback_repos.json pins each repository by commit, and none is an eval repository or in the training manifest."""
+    training = {e["repo"] for e in json.loads((Path(manifest.__file__).parent / "manifest.json").read_text())["repositories"]}
+    entries = json.loads((Path(__file__).resolve().parents[1] / "bench" / "traceback_repos.json").read_text())["repositories"]
+    assert entries
+    for e in entries:
+        assert len(e["commit"]) == 40 and e["licence"] and e["split"] == "validation-traceback"
+        assert not rules.is_eval_repo(e["repo"]) and e["repo"] not in training
+
+
 def test_mining_twice_gives_the_same_bytes_and_a_finished_repository_is_skipped(history, tmp_path: Path) -> None:
     """The miner's output is deterministic, and a repository already mined is not mined again (a killed run resumes)."""
     mirror, info = history

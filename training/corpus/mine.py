@@ -46,6 +46,7 @@ from typing import Any
 
 from daemons.lib.chunking import Chunk, chunk_text
 from daemons.lib.keywords import keyword_text, query_keywords
+from daemons.lib.question import analyse
 from training.corpus import rules
 from daemons.lib.bm25 import Bm25
 from training.corpus.docstrings import definitions
@@ -230,8 +231,11 @@ def _keep(items: list[dict], cap: int) -> list[dict]:
     return ranked[:cap]
 
 
-def mine_repo(entry: dict, mirror: Path, out: Path, max_changes: int, max_docs: int, max_scan: int) -> dict:
-    """Mine one manifest entry into ``out``; returns its stats (see the module contract)."""
+def mine_repo(entry: dict, mirror: Path, out: Path, max_changes: int, max_docs: int, max_scan: int,
+              only_frames: bool = False) -> dict:
+    """Mine one manifest entry into ``out``; returns its stats (see the module contract). With
+    *only_frames*, only the messages that quote a traceback (``question.analyse``'s frames) are
+    kept, for the ``validation-traceback`` cases; *max_docs* 0 skips the docstring pass."""
     name = entry["repo"]
     if rules.is_eval_repo(name):
         raise ValueError(f"{name} is an evaluation repository (or a copy of one): it is never mined")
@@ -254,6 +258,8 @@ def mine_repo(entry: dict, mirror: Path, out: Path, max_changes: int, max_docs: 
             continue
         question = rules.clean_message(c.message)
         reason = rules.message_skip_reason(c.author, question, c.is_merge)
+        if reason is None and only_frames and not analyse(question).frames:
+            reason = "no_traceback"
         if reason is not None:
             stats[reason] += 1
             continue
@@ -291,7 +297,7 @@ def mine_repo(entry: dict, mirror: Path, out: Path, max_changes: int, max_docs: 
         if row is not None:
             changes.append(row)
     stats["change_queries"] = len(changes)
-    docs = miner.docs(pinned, stats)
+    docs = miner.docs(pinned, stats) if max_docs else []
     stats["doc_queries_before_cap"] = len(docs)
     docs = _keep(docs, max_docs)
     stats["doc_queries"] = len(docs)
@@ -322,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-scan", type=int, default=2000, help="commits past the message rules looked at per repository")
     ap.add_argument("--max-docs", type=int, default=800, help="docstring queries kept per repository")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only-frames", action="store_true", help="only messages that quote a traceback (validation-traceback)")
     args = ap.parse_args(argv)
     entries = [e for e in load_manifest(args.manifest) if not args.repo or e["repo"] in args.repo]
     missing = [e["repo"] for e in entries if not (args.mirror / e["repo"].replace("/", "+") / "repo").is_dir()]
@@ -332,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     # biggest first, so the long ones do not start last
     entries.sort(key=lambda e: -e.get("commits", 0))
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futs = {pool.submit(mine_repo, e, args.mirror, args.out, args.max_changes, args.max_docs, args.max_scan): e["repo"]
+        futs = {pool.submit(mine_repo, e, args.mirror, args.out, args.max_changes, args.max_docs, args.max_scan,
+                            args.only_frames): e["repo"]
                 for e in entries}
         for fut in futs:
             try:
