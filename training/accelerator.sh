@@ -33,6 +33,13 @@ run() {  # run NAME STEPS ARGS...: one training.train run, its log and its weigh
     split -b 15M -d "/tmp/$name/trainable.fp16.pt" "$OUT/$name.part-"
 }
 
+on_device() {  # the environment of a run there: the base without weights, unbuffered logs to $OUT
+    : "${OUT:?the device tool sets OUT}"
+    export WSCTX_BERT_BASE=$PWD/$DEV/base PYTHONUNBUFFERED=1
+    PY=${PY:-python3}
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+}
+
 STASH=/tmp/wsctx-accelerator-stash
 # tracked files a call does without, so that the tree it sends stays under 64 MiB
 declare -A UNSENT=(
@@ -92,10 +99,7 @@ EOF
     du -sh "$DEV"/*
     ;;
 train-ce)
-    : "${OUT:?the device tool sets OUT}"
-    export WSCTX_BERT_BASE=$PWD/$DEV/base PYTHONUNBUFFERED=1
-    PY=${PY:-python3}
-    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+    on_device
     (cd training/cross_encoder && $PY recover.py --out /tmp/ce_v4.pt) 2>&1 | tee "$OUT/recover.log"
     for entry in ${RUNS:-220:ce-epoch1 660:ce-epoch3}; do
         run "${entry##*:}" "${entry%%:*}" cross-encoder --lists "$DEV/lists" --pack /nonexistent \
@@ -104,10 +108,7 @@ train-ce)
     done
     ;;
 train-embedder)
-    : "${OUT:?the device tool sets OUT}"
-    export WSCTX_BERT_BASE=$PWD/$DEV/base PYTHONUNBUFFERED=1
-    PY=${PY:-python3}
-    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+    on_device
     for entry in ${RUNS:-660:emb-epoch3}; do
         run "${entry##*:}" "${entry%%:*}" embedder --pack "$DEV/embedder/pack.jsonl.xz" \
             --init-state "$DEV/embedder/base.fp16.pt" --batch 128 --lr 5e-5 --val-limit 350 --ckpt-every 100000
