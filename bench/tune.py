@@ -81,6 +81,62 @@ def case_lists(store: Any, embedder: Any, q: str, settings: Any) -> dict[str, An
             "roles": {c: r["weight"] for c, r in rows.items()}, "probs": {}}
 
 
+def load_lists(which: str, settings: Any, embedder: Any, cache: Path, rerank_id: str, repos: list[str] | None = None,
+               tags: list[str] | None = None) -> tuple[list[dict], dict[str, dict[str, Any]], dict[str, Path], list[dict]]:
+    """The cases of *which* that can run (each gains ``key``), each case's cached lists by key
+    (``case_lists``, computed and cached under ``<cache>/tune/`` when missing; ``kinds`` and this
+    cross-encoder's ``probs`` added), the file each is cached in, and the skipped cases."""
+    emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
+    code = ranking_code_digest()
+    key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", *ROLE_WEIGHT_SETTINGS,
+                                    "file_keyword_pool", "file_list", "path_mentions",
+                                    *SETTINGS[:5])}, code]).encode()).hexdigest()[:10]
+    groups, skipped = select_cases(which, cache, repos=repos, tags=tags)
+    cases: list[dict] = []
+    datas: dict[str, dict[str, Any]] = {}
+    files: dict[str, Path] = {}
+    t0 = time.perf_counter()
+    for (name, version), items in groups.items():
+        store, _ = open_or_build(items[0][1], cache, name, version, settings, embedder, emb_cache, log)
+        folder = cache / "tune" / index_key(name, version, embedder.model_id, settings) / key
+        folder.mkdir(parents=True, exist_ok=True)
+        for c, _ in items:
+            cid = c["set"] + ":" + c["id"]
+            f = folder / (hashlib.sha1(cid.encode()).hexdigest()[:16] + ".json")
+            if f.is_file():
+                data = json.loads(f.read_text())
+            else:
+                data = case_lists(store, embedder, c["query"], settings)
+                f.write_text(json.dumps(data))
+            data["kinds"] = {x: file_role(data["paths"][x]) for x, w in data["roles"].items() if w < 1.0}
+            # probabilities are kept per cross-encoder; those written before were the shipped version 2's
+            by_model = data.setdefault("probs_by_model", {})
+            if data.get("probs") and not by_model:
+                by_model[LEGACY_PROBS] = data["probs"]
+            data["probs"] = by_model.setdefault(rerank_id, {})
+            datas[cid], files[cid] = data, f
+            c["key"] = cid
+            cases.append(c)
+        log(f"  {name}-{version}: {len(items)} cases ({time.perf_counter() - t0:.0f} s so far)")
+    return cases, datas, files, skipped
+
+
+def score_missing(cases: list[dict], datas: dict[str, dict[str, Any]], files: dict[str, Path], reranker: Any,
+                  tops: Any) -> int:
+    """Score with *reranker* every chunk of ``tops(case)`` that has no probability yet, keep the
+    probabilities in the case's cache file, and return how many were scored."""
+    scored = 0
+    for c in cases:
+        data = datas[c["key"]]
+        need = sorted(set(tops(c)) - data["probs"].keys())
+        if need:
+            probs = reranker.score(data["rerank_query"], [rerank_passage(data["paths"][x], data["texts"][x]) for x in need])
+            data["probs"].update({x: round(float(p), 5) for x, p in zip(need, probs)})
+            files[c["key"]].write_text(json.dumps(data))
+            scored += len(need)
+    return scored
+
+
 def role_weight_of(data: dict[str, Any], weights: dict[str, float]):
     """Each chunk's role multiplier under *weights*: a test, doc or config chunk the question did
     not ask for takes the setting's ``test``/``doc``/``config`` value, else the shipped one."""
@@ -164,44 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         ap.error(problem)
     embedder = settings_embedder(settings)
-    emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
     reranker, rerank_id = None, ""
     if args.rerank:
         from models.cross_encoder import load_cross_encoder
 
         reranker = load_cross_encoder(args.reranker_dir, threads=2)
         rerank_id = reranker_note(reranker)
-    code = ranking_code_digest()
-    key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", *ROLE_WEIGHT_SETTINGS,
-                                    "file_keyword_pool", "file_list", "path_mentions",
-                                    *SETTINGS[:5])}, code]).encode()).hexdigest()[:10]
-    groups, skipped = select_cases(args.cases, cache, repos=args.repo, tags=args.tag)
-    cases: list[dict] = []
-    datas: dict[str, dict[str, Any]] = {}
-    files: dict[str, Path] = {}
-    t0 = time.perf_counter()
-    for (name, version), items in groups.items():
-        store, _ = open_or_build(items[0][1], cache, name, version, settings, embedder, emb_cache, log)
-        folder = cache / "tune" / index_key(name, version, embedder.model_id, settings) / key
-        folder.mkdir(parents=True, exist_ok=True)
-        for c, _ in items:
-            cid = c["set"] + ":" + c["id"]
-            f = folder / (hashlib.sha1(cid.encode()).hexdigest()[:16] + ".json")
-            if f.is_file():
-                data = json.loads(f.read_text())
-            else:
-                data = case_lists(store, embedder, c["query"], settings)
-                f.write_text(json.dumps(data))
-            data["kinds"] = {x: file_role(data["paths"][x]) for x, w in data["roles"].items() if w < 1.0}
-            # probabilities are kept per cross-encoder; those written before were the shipped version 2's
-            by_model = data.setdefault("probs_by_model", {})
-            if data.get("probs") and not by_model:
-                by_model[LEGACY_PROBS] = data["probs"]
-            data["probs"] = by_model.setdefault(rerank_id, {})
-            datas[cid], files[cid] = data, f
-            c["key"] = cid
-            cases.append(c)
-        log(f"  {name}-{version}: {len(items)} cases ({time.perf_counter() - t0:.0f} s so far)")
+    cases, datas, files, skipped = load_lists(args.cases, settings, embedder, cache, rerank_id, repos=args.repo, tags=args.tag)
 
     # the product's defaults (or --set): list weights, role multipliers and RRF constant
     shipped = ({**settings.list_weights(), "test": settings.test_weight, "doc": settings.doc_weight, "config": settings.config_weight},
@@ -272,15 +297,8 @@ def main(argv: list[str] | None = None) -> int:
             finalists = configs
         elif shipped not in finalists:
             finalists.append(shipped)
-        scored = 0
-        for c in cases:
-            data = datas[c["key"]]
-            need = sorted({x for w, k in finalists for x in fused_top(data, w, k)} - data["probs"].keys())
-            if need:
-                probs = reranker.score(data["rerank_query"], [rerank_passage(data["paths"][x], data["texts"][x]) for x in need])
-                data["probs"].update({x: round(float(p), 5) for x, p in zip(need, probs)})
-                files[c["key"]].write_text(json.dumps(data))
-                scored += len(need)
+        scored = score_missing(cases, datas, files, reranker,
+                               lambda c: {x for w, k in finalists for x in fused_top(datas[c["key"]], w, k)})
         log(f"cross-encoder scored {scored} new passages")
         blends = []
         for i, (w, k) in enumerate(finalists):

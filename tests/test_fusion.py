@@ -207,3 +207,31 @@ def test_the_tuner_grid_takes_the_values_given_for_one_list_and_names_a_bad_one(
         grid_with(["vektor=1"])
     with pytest.raises(ValueError, match="numbers"):
         grid_with(["vector=a,b"])
+
+
+def test_the_list_rules_benchmark_splits_a_tracebacks_files_from_the_files_named_in_prose() -> None:
+    """bench.list_rules' ``frames`` rule keeps prose-named files in ``mentioned`` and lists the frames' files outermost or innermost first, cut to its cap; ``agree`` moves the cross-encoder's best file first only when another list's first file is the same."""
+    from bench.list_rules import FRAMES, frame_position, promote_agreed, split_frames
+    from daemons.lib.question import analyse
+
+    question = (
+        "Crash when saving, see lib/store.py\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/lib/cli.py", line 9, in main\n'
+        '  File "/usr/lib/python3/site-packages/lib/save.py", line 40, in save\n'
+        '  File "/usr/lib/python3/site-packages/lib/cli.py", line 20, in write\n'
+        '  File "/usr/lib/python3/site-packages/lib/disk.py", line 3, in put\n'
+        "OSError: disk full\n"
+    )
+    frames = [f.path for f in analyse(question).frames]
+    assert frame_position("lib/cli.py", frames, "outer") == 0 and frame_position("lib/cli.py", frames, "inner") == 1
+    assert frame_position("lib/store.py", frames, "outer") is None and frame_position("cli.py", frames, "outer") is not None
+    paths = {"c1": "lib/store.py", "c2": "lib/cli.py", "c3": "lib/save.py", "c4": "lib/disk.py", "v1": "lib/other.py"}
+    lists = {"mentioned": ["c1", "c2", "c3", "c4"], "vector": ["v1", "c3"]}
+    outer = split_frames(lists, paths, frames, "outer", 10)
+    assert outer["mentioned"] == ["c1"] and outer[FRAMES] == ["c2", "c3", "c4"] and outer["vector"] == ["v1", "c3"]
+    assert split_frames(lists, paths, frames, "inner", 2)[FRAMES] == ["c4", "c2"]
+    assert lists["mentioned"] == ["c1", "c2", "c3", "c4"]
+    assert promote_agreed(["a", "b", "c"], "c", ["c", "x"]) == ["c", "a", "b"]
+    assert promote_agreed(["a", "b", "c"], "c", ["b"]) == ["a", "b", "c"]
+    assert promote_agreed(["a", "b"], "z", ["z"]) == ["a", "b"]
