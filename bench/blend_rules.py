@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bench.common import bench_settings, index_key
+from bench.common import bench_settings, index_key, write_result
 from bench.quality import caserun_file, log, reranker_note, search_key, select_cases
 from bench.repos import DEFAULT_CACHE
 from daemons.lib.metrics import file_metrics, mean_metrics
@@ -130,9 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             doc["sets"][which]["rules"][name] = {**s, "below_floor": below}
             lines.append(f"{which:16s} {name:22s} {s['repo_mean']['recall@5']:8.1f} {s['repo_mean']['mrr']:8.1f} {s['case_mean']['mrr']:8.1f}  {','.join(below) or '-'}")
     print("\n".join(lines))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1))
-    log(f"wrote {args.out}")
+    write_result(args.out, doc, log)
     return 0
 
 

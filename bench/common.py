@@ -239,6 +239,14 @@ class WholeFileBM25(_WholeFileBM25):
         super().__init__(files, keep=lambda rel: not is_test_file(rel) and (not suffixes or rel.endswith(suffixes)))
 
 
+def write_result(out: str | Path, doc: Any, log: Callable[[str], None] = print) -> None:
+    """Write a benchmark's JSON result *doc* to *out*, making its folder, and say where."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    log(f"wrote {path}")
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")

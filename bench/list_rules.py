@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-from bench.common import bench_settings, settings_embedder
+from bench.common import bench_settings, settings_embedder, write_result
 from bench.quality import reranker_note
 from bench.repos import DEFAULT_CACHE
 from bench.tune import final_files, load_lists, log, role_weight_of, score, score_missing, TOP_N
@@ -144,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{g['repo_mean']['recall@5']:6.1f}  {per}")
             print(lines[-1], flush=True)
         doc["sets"][which] = {"n": len(cases), "rules": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1))
-    log(f"wrote {args.out}")
+    write_result(args.out, doc, log)
     return 0
 
 

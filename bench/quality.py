@@ -52,7 +52,7 @@ from typing import Any
 
 from bench.common import (
     EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_test_file, open_or_build, question_queries,
-    robustness, robustness_table, settings_embedder, workspace_files,
+    robustness, robustness_table, settings_embedder, workspace_files, write_result,
 )
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.validation import LONG_LIMIT, SUFFIXES, traceback_cases, validation_cases, validation_tree, vendored_cases
@@ -328,9 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": {k: v for k, v in vars(args).items() if k != "cache"},
         "summary": summary, "skipped": skipped, "cases": results,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1))
-    log(f"wrote {args.out}")
+    write_result(args.out, doc, log)
     return 0
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries, settings_embedder
+from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries, settings_embedder, write_result
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.quality import ROLE_WEIGHT_SETTINGS, ranking_code_digest, reranker_note, select_cases
 from daemons.lib import pipeline
@@ -329,9 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{r} {alone[VECTOR]['per_repo'][r]['mrr']:.1f}/{alone[KEYWORD]['per_repo'][r]['mrr']:.1f}/{shipped_fused['per_repo'][r]['mrr']:.1f}"
         f"->{chosen.get('final', chosen['fused'])['per_repo'][r]['mrr']:.1f}" for r in sorted(floor)) + "  (vector/keyword/shipped fused -> chosen)")
     print("\n".join(lines))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1))
-    log(f"wrote {out}")
+    write_result(out, doc, log)
     return 0
 
 
