@@ -32,8 +32,8 @@ from typing import Any
 from bench.common import bench_settings, settings_embedder, write_result
 from bench.quality import reranker_note
 from bench.repos import DEFAULT_CACHE
-from bench.tune import final_files, load_lists, log, role_weight_of, score, score_missing, TOP_N
-from daemons.lib.fusion import MENTIONED, weighted_fuse
+from bench.tune import final_files, fused_top, load_lists, log, role_weight_of, score, score_missing, shipped_weights
+from daemons.lib.fusion import MENTIONED
 from daemons.lib.metrics import files_in_order
 from daemons.lib.question import analyse
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     reranker = load_cross_encoder(None, threads=2)
     rerank_id = reranker_note(reranker)
     cache = Path(args.cache).expanduser()
-    w = {**settings.list_weights(), "test": settings.test_weight, "doc": settings.doc_weight, "config": settings.config_weight}
+    w = shipped_weights(settings)
     blend = (settings.rerank_fusion_k, settings.rerank_fusion_weight)
     doc: dict[str, Any] = {"date": date.today().isoformat(), "reranker": rerank_id, "sets": {}}
     lines = [f"{'cases':22s} {'rule':26s} {'fused':>6s} {'final':>6s} {'r@5':>6s}  final MRR per repository"]
@@ -105,11 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     for which in args.cases or ["validation-traceback"]:
         cases, datas, files, _ = load_lists(which, settings, embedder, cache, rerank_id)
         frames = {c["key"]: [f.path for f in analyse(c["query"]).frames] for c in cases}
-
-        def fused(lists: dict[str, list[str]], c: dict, weights: dict[str, float]) -> list[str]:
-            data = datas[c["key"]]
-            return [f.id for f, _, _ in weighted_fuse(lists, role_weight_of(data, weights), settings.rrf_k, weights)[:TOP_N]]
-
         rules: list[tuple[str, Any]] = [("shipped", None)]
         rules += [(f"frames {o} cap {n} w {x:g}", (o, n, x)) for o, n, x in itertools.product(FRAME_ORDERS, FRAME_CAPS, FRAME_WEIGHTS)]
         rules += [(f"agree {lst}", lst) for lst in AGREE_LISTS]
@@ -117,10 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         for label, rule in rules:
             if isinstance(rule, tuple):
                 o, n, x = rule
-                tops = {c["key"]: fused(split_frames(datas[c["key"]]["lists"], datas[c["key"]]["paths"], frames[c["key"]], o, n), c,
-                                        {**w, FRAMES: x}) for c in cases}
+                tops = {}
+                for c in cases:
+                    data = datas[c["key"]]
+                    lists = split_frames(data["lists"], data["paths"], frames[c["key"]], o, n)
+                    tops[c["key"]] = fused_top({**data, "lists": lists}, {**w, FRAMES: x}, settings.rrf_k)
             else:
-                tops = {c["key"]: fused(datas[c["key"]]["lists"], c, w) for c in cases}
+                tops = {c["key"]: fused_top(datas[c["key"]], w, settings.rrf_k) for c in cases}
             scored = score_missing(cases, datas, files, reranker, lambda c: tops[c["key"]])
             if scored:
                 log(f"  {label}: cross-encoder scored {scored} new passages")

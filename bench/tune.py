@@ -137,6 +137,12 @@ def score_missing(cases: list[dict], datas: dict[str, dict[str, Any]], files: di
     return scored
 
 
+def shipped_weights(settings: Any) -> dict[str, float]:
+    """The settings' list weights and ``test``/``doc``/``config`` role multipliers, in the one
+    dict ``fused_top`` and ``final_files`` take."""
+    return {**settings.list_weights(), "test": settings.test_weight, "doc": settings.doc_weight, "config": settings.config_weight}
+
+
 def role_weight_of(data: dict[str, Any], weights: dict[str, float]):
     """Each chunk's role multiplier under *weights*: a test, doc or config chunk the question did
     not ask for takes the setting's ``test``/``doc``/``config`` value, else the shipped one."""
@@ -229,8 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     cases, datas, files, skipped = load_lists(args.cases, settings, embedder, cache, rerank_id, repos=args.repo, tags=args.tag)
 
     # the product's defaults (or --set): list weights, role multipliers and RRF constant
-    shipped = ({**settings.list_weights(), "test": settings.test_weight, "doc": settings.doc_weight, "config": settings.config_weight},
-               settings.rrf_k)
+    shipped = (shipped_weights(settings), settings.rrf_k)
     if args.report:
         given = json.loads(Path(args.report).read_text())["chosen"]
         configs = [shipped, (given["list_weights"], given["rrf_k"])]
