@@ -287,6 +287,14 @@ def robustness_table(rob: dict[str, dict[str, Any]]) -> str:
 
 
 
+def is_long_question(question: str, settings: Settings) -> bool:
+    """Whether the front gives *question* a long question's blend (``pipeline.blend``): analysis on,
+    and ``question.Analysis.is_long``."""
+    from daemons.lib.question import analyse
+
+    return bool(settings.question_analysis) and analyse(question).is_long
+
+
 def question_queries(q: str, settings: Settings, embedder: Any, store: IndexStore) -> tuple[Any, str, Any, list[str]]:
     """The product's queries for question *q* under *settings* in *store*'s workspace, as the
     searcher and front make them (``question.plan``): ``(plan, keyword query, query vector(s),

@@ -29,7 +29,7 @@ def main(path: str, cache: Path = DEFAULT_CACHE, top5_of: str = "fused") -> dict
         f = cache / "caseruns" / index_key(name, ver, d["embedder"], s) / d.get("search_key", "") / (hashlib.sha1((c["set"] + c["id"]).encode()).hexdigest()[:16] + ".json")
         r = json.loads(f.read_text())
         if "fused_probs" in r:
-            r["cross_encoder"], r["reranked"] = reranked_orders(r, s)
+            r["cross_encoder"], r["reranked"] = reranked_orders(r, s, c.get("long", False))
         for m in methods:
             if m in r:
                 res[m].append(file_metrics([p for p in r[m] if p.endswith(".py") and not is_test_file(p)], c["gold"]))

@@ -29,12 +29,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from bench.common import bench_settings, settings_embedder, write_result
+from bench.common import bench_settings, is_long_question, settings_embedder, write_result
 from bench.quality import reranker_note
 from bench.repos import DEFAULT_CACHE
 from bench.tune import final_files, fused_top, load_lists, log, role_weight_of, score, score_missing, shipped_weights
 from daemons.lib.fusion import MENTIONED
 from daemons.lib.metrics import files_in_order
+from daemons.lib.pipeline import blend
 from daemons.lib.question import analyse
 
 OUT = Path(__file__).resolve().parent / "results" / "list_rules.json"
@@ -98,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     rerank_id = reranker_note(reranker)
     cache = Path(args.cache).expanduser()
     w = shipped_weights(settings)
-    blend = (settings.rerank_fusion_k, settings.rerank_fusion_weight)
     doc: dict[str, Any] = {"date": date.today().isoformat(), "reranker": rerank_id, "sets": {}}
     lines = [f"{'cases':22s} {'rule':26s} {'fused':>6s} {'final':>6s} {'r@5':>6s}  final MRR per repository"]
     print(lines[0], flush=True)
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def final_of(c: dict, rule: Any = rule) -> list[str]:
                 data, top = datas[c["key"]], tops[c["key"]]
-                final = final_files(data, top, w, *blend)
+                final = final_files(data, top, w, *blend(settings, is_long_question(c["query"], settings)))
                 if isinstance(rule, str):
                     rw = role_weight_of(data, w)
                     best = data["paths"][max(top, key=lambda x: data["probs"][x] * rw(x))]

@@ -51,14 +51,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_test_file, open_or_build, question_queries,
+    EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_long_question, is_test_file, open_or_build, question_queries,
     robustness, robustness_table, settings_embedder, workspace_files, write_result,
 )
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.validation import LONG_LIMIT, SUFFIXES, traceback_cases, validation_cases, validation_tree, vendored_cases
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
 from daemons.lib.fusion import fold_windows
-from daemons.lib.pipeline import final_files
+from daemons.lib.pipeline import blend, final_files
 from daemons.lib import fusion, roles, search
 from daemons.lib import mentions as mentions_mod, question as question_mod
 from daemons.lib.search import hybrid_search, question_params
@@ -72,7 +72,7 @@ SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", *ROLE_WEIGHT_
                    "path_mentions", "question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars",
                    *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
 #: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
-ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight", "rerank_threshold")
+ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight", "rerank_fusion_k_long", "rerank_fusion_weight_long", "rerank_threshold")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"
 
 
@@ -115,12 +115,13 @@ def table(title: str, rows: list[tuple[str, int, dict[str, dict[str, float]]]]) 
     return "\n".join(lines)
 
 
-def reranked_orders(ranked: dict, settings) -> tuple[list[str], list[str]]:
-    """(cross-encoder order, product order) of the fused chunks' paths from their cached probabilities."""
+def reranked_orders(ranked: dict, settings, long: bool = False) -> tuple[list[str], list[str]]:
+    """(cross-encoder order, product order) of the fused chunks' paths from their cached
+    probabilities; the product's blend is a long question's when *long* (``pipeline.blend``)."""
     paths, probs, weights = ranked["fused_chunks"], ranked["fused_probs"], ranked["fused_weights"]
     weighted = [p * w for p, w in zip(probs, weights)]
     by_prob = sorted(range(len(paths)), key=lambda i: (-weighted[i], i))
-    return files_in_order([paths[i] for i in by_prob]), final_files(paths, weighted, settings.rerank_fusion_k, settings.rerank_fusion_weight)
+    return files_in_order([paths[i] for i in by_prob]), final_files(paths, weighted, *blend(settings, long))
 
 
 def kept_at_threshold(ranked: dict, gold: list[str], threshold: float) -> dict[str, float]:
@@ -275,13 +276,15 @@ def main(argv: list[str] | None = None) -> int:
                 ranked.pop("reranked", None)  # derived below; older caches stored it
                 ranked.pop("reranked_probs", None)
                 changed = True
+            # as the front tells them apart: by the question's analysis, when analysis is on
+            long = is_long_question(q, settings)
             if "fused_probs" in ranked:
-                ranked["cross_encoder"], ranked["reranked"] = reranked_orders(ranked, settings)
+                ranked["cross_encoder"], ranked["reranked"] = reranked_orders(ranked, settings, long)
             if changed:
                 f.write_text(json.dumps({k: v for k, v in ranked.items() if k not in ("cross_encoder", "reranked")}))
             gold = c["gold_resolved"]
             results.append({
-                "id": c["id"], "set": c["set"], "repo": c["repo"], "pypi": f"{name}-{version}", "gold": gold,
+                "id": c["id"], "set": c["set"], "repo": c["repo"], "pypi": f"{name}-{version}", "gold": gold, "long": long,
                 "gold_not_indexed": [g for g in gold if g not in indexed],
                 "gold_is_test": [g for g in gold if is_test_file(g)],
                 "metrics": {m: file_metrics(ranked[m], gold) for m in METHODS if m in ranked},

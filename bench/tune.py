@@ -32,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_queries, settings_embedder, write_result
+from bench.common import (
+    EmbedCache, apply_overrides, bench_settings, index_key, is_long_question, open_or_build, question_queries, settings_embedder, write_result,
+)
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.quality import ROLE_WEIGHT_SETTINGS, ranking_code_digest, reranker_note, select_cases
 from daemons.lib import pipeline
@@ -58,10 +60,13 @@ ROLE_GRID: dict[str, tuple[float, ...]] = {"test": (0.1, 0.25, 0.5, 1.0), "doc":
 ROLE_FINALISTS = 10
 #: Settings a run can be given (``--set``); the first five (the question's) and the role weights name the cache.
 SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", "rrf_k", "file_keyword_pool", "test_weight",
-            "doc_weight", "config_weight", "rerank_fusion_k", "rerank_fusion_weight", *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
+            "doc_weight", "config_weight", "rerank_fusion_k", "rerank_fusion_weight", "rerank_fusion_k_long", "rerank_fusion_weight_long",
+            *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
 #: Whose probabilities the case files held before they were kept per cross-encoder.
 LEGACY_PROBS = "wsctx-minilm-l6-code-ce@2 (model sha256 f1b2a5354dc1)"
 BLEND_K = (0, 5, 10, 30, 60)
+#: ``--blend-for``: which questions a blend grid point applies to (``pipeline.blend`` tells long from short).
+BLEND_FOR = ("all", "long", "short")
 BLEND_WEIGHT = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 100.0)
 TOP_N = 12
 
@@ -209,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help=f"one of {', '.join(SETTINGS)}; repeatable")
     ap.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
                     help=f"the values tried for one of {', '.join(GRID)} instead of GRID's; repeatable")
+    ap.add_argument("--blend-for", choices=BLEND_FOR, default="all",
+                    help="the questions a blend grid point applies to; the others keep the shipped blend of their kind (pipeline.blend)")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -233,6 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         reranker = load_cross_encoder(args.reranker_dir, threads=2)
         rerank_id = reranker_note(reranker)
     cases, datas, files, skipped = load_lists(args.cases, settings, embedder, cache, rerank_id, repos=args.repo, tags=args.tag)
+    long = {c["key"]: is_long_question(c["query"], settings) for c in cases}
+
+    def blend_of(c: dict, point: tuple[int, float] | None) -> tuple[int, float]:
+        """The blend case *c* gets: the grid *point* where ``--blend-for`` takes in its kind, else
+        the shipped blend of its kind (also when *point* is None)."""
+        if point is not None and args.blend_for in ("all", "long" if long[c["key"]] else "short"):
+            return point
+        return pipeline.blend(settings, long[c["key"]])
 
     # the product's defaults (or --set): list weights, role multipliers and RRF constant
     shipped = (shipped_weights(settings), settings.rrf_k)
@@ -240,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         given = json.loads(Path(args.report).read_text())["chosen"]
         configs = [shipped, (given["list_weights"], given["rrf_k"])]
         # report mode measures exactly the two settings: nothing is chosen on these cases
-        report_blends = {0: (settings.rerank_fusion_k, settings.rerank_fusion_weight),
+        report_blends = {0: None,  # the shipped blend of each question's kind
                          1: (given.get("rerank_fusion_k", settings.rerank_fusion_k), given.get("rerank_fusion_weight", settings.rerank_fusion_weight))}
     else:
         # each grid point: the list weights, and the RRF constant (GRID's last key)
@@ -291,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         best_fused = next(((cfg, s) for cfg, s in fused if not below_floor(s)), fused[0])
 
-    doc: dict[str, Any] = {"date": date.today().isoformat(), "cases": args.cases, "n": len(cases), "skipped": len(skipped),
+    doc: dict[str, Any] = {"date": date.today().isoformat(), "cases": args.cases, "n": len(cases), "long": sum(long.values()), "blend_for": args.blend_for, "skipped": len(skipped),
                            "embedder": embedder.model_id, "reranker": rerank_id, "grid": {k: list(v) for k, v in grid.items()},
                            "alone": alone, "shipped_fused": shipped_fused,
                            "top_fused": [{"list_weights": cfg[0], "rrf_k": cfg[1], **s} for cfg, s in fused[:20]]}
@@ -308,16 +323,24 @@ def main(argv: list[str] | None = None) -> int:
         blends = []
         for i, (w, k) in enumerate(finalists):
             tops = {c["key"]: fused_top(datas[c["key"]], w, k) for c in cases}
-            for bk, bw in ([report_blends[i]] if args.report else itertools.product(BLEND_K, BLEND_WEIGHT)):
-                s = score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], w, bk, bw))
+            for point in ([report_blends[i]] if args.report else itertools.product(BLEND_K, BLEND_WEIGHT)):
+                s = score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], w, *blend_of(c, point)))
+                bk, bw = point or (settings.rerank_fusion_k, settings.rerank_fusion_weight)
                 blends.append(((w, k, bk, bw), s))
+            if (w, k) == shipped:
+                shipped_final = score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], w, *blend_of(c, None)))
+        # every blend point at the shipped list weights: the table a blend is chosen from
+        shipped_blends = [{"rerank_fusion_k": bk, "rerank_fusion_weight": bw, "repo_mean": s["repo_mean"], "per_repo_mrr":
+                           {r: v["mrr"] for r, v in s["per_repo"].items()}} for (w, k, bk, bw), s in blends if (w, k) == shipped]
         blends.sort(key=lambda t: -t[1]["repo_mean"]["mrr"])
-        lines.append("\nfinal order (fused blended with the cross-encoder: rerank_fusion_k, rerank_fusion_weight)")
-        shipped_final = next(s for (w, k, bk, bw), s in blends
-                             if (w, k) == shipped and (bk, bw) == (settings.rerank_fusion_k, settings.rerank_fusion_weight))
-        lines.append(row(f"shipped: {config_name(*shipped)} blend {settings.rerank_fusion_k}/{settings.rerank_fusion_weight:g}", shipped_final))
+        lines.append(f"\nfinal order (fused blended with the cross-encoder: rerank_fusion_k, rerank_fusion_weight; {sum(long.values())} "
+                     f"of {len(cases)} questions long; a grid blend applies to {args.blend_for})")
+        lines.append(row(f"shipped: {config_name(*shipped)} blend {settings.rerank_fusion_k}/{settings.rerank_fusion_weight:g}, "
+                         f"long {settings.rerank_fusion_k_long}/{settings.rerank_fusion_weight_long:g}", shipped_final))
         for (w, k, bk, bw), s in blends[:10]:
             lines.append(row(f"{config_name(w, k)} blend {bk}/{bw:g}", s))
+        lines.append(f"blends at the shipped list weights, repository-mean MRR (k/w applied to {args.blend_for}): "
+                     + "  ".join(f"{b['rerank_fusion_k']}/{b['rerank_fusion_weight']:g} {b['repo_mean']['mrr']:.1f}" for b in shipped_blends))
         if args.report:
             (w, k, bk, bw), s = next((cfg, s) for cfg, s in blends if (cfg[0], cfg[1]) == configs[1])
         else:
@@ -325,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = {"list_weights": w, "rrf_k": k, "rerank_fusion_k": bk, "rerank_fusion_weight": bw, "final": s,
                   "fused": fused_score((w, k))}
         doc["shipped_final"] = shipped_final
+        doc["shipped_blends"] = shipped_blends
         doc["top_final"] = [{"list_weights": c[0], "rrf_k": c[1], "rerank_fusion_k": c[2], "rerank_fusion_weight": c[3], **s}
                             for c, s in blends[:20]]
     doc["chosen"] = chosen

@@ -82,3 +82,21 @@ def test_notes_name_question_copies_apart_from_the_role_weights() -> None:
                            previous_files=[], answered_files=["net.py"])
     assert notes[0] == f"weighted tests ×{s.test_weight:g}"
     assert notes[1] == f"1 candidate quotes the question ×{s.question_copy_weight:g}"
+
+
+def test_a_long_question_gives_the_cross_encoder_its_own_blend_and_the_short_blend_is_one_setting_away() -> None:
+    """A long question is ordered with rerank_fusion_k_long and rerank_fusion_weight_long (0 and 1: the cross-encoder's best file climbs from fused third to second), a short one as before; setting the long pair to the short one gives the short order."""
+    s = Settings()
+    assert pipeline.blend(s, False) == (s.rerank_fusion_k, s.rerank_fusion_weight) == (60, 0.5)
+    assert pipeline.blend(s, True) == (s.rerank_fusion_k_long, s.rerank_fusion_weight_long) == (0, 1.0)
+    cands = [cand("a.py"), cand("b.py"), cand("c.py"), cand("d.py")]
+    probs = [0.5, 0.1, 0.2, 0.9]
+
+    def files(settings: Settings, long: bool) -> list[str]:
+        ordered = pipeline.order(cands, probs, settings, 0.0, long=long)
+        return [cands[i].path for i in sorted(range(len(cands)), key=lambda i: (-ordered.keys[id(cands[i])], i))]
+
+    assert files(s, False) == ["a.py", "b.py", "d.py", "c.py"]
+    assert files(s, True) == ["a.py", "d.py", "b.py", "c.py"]
+    assert pipeline.final_files([c.path for c in cands], probs, *pipeline.blend(s, True)) == files(s, True)
+    assert files(Settings(rerank_fusion_k_long=60, rerank_fusion_weight_long=0.5), True) == files(s, False)

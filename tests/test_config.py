@@ -84,7 +84,7 @@ def test_ranking_spec_gives_spec_section_2_in_one_setting(tmp_path: Path) -> Non
     assert (spec.rrf_k, spec.file_keyword_pool, spec.path_mentions, spec.question_analysis) == (60, 0, False, False)
     assert (spec.test_weight, spec.doc_weight, spec.config_weight, spec.vendored_weight, spec.question_copy_weight) == (1.0,) * 5
     assert tuned.question_copy_weight < 1.0
-    assert set(spec.list_weights().values()) == {1.0} and spec.rerank_fusion_weight >= 100
+    assert set(spec.list_weights().values()) == {1.0} and spec.rerank_fusion_weight >= 100 and spec.rerank_fusion_weight_long >= 100
     with pytest.raises(ValueError, match="use tuned, spec"):
         load_settings(env={"WSCTX_CONFIG": str(tmp_path / "none.toml"), "WSCTX_RANKING": "best"})
 

@@ -235,3 +235,23 @@ def test_the_list_rules_benchmark_splits_a_tracebacks_files_from_the_files_named
     assert promote_agreed(["a", "b", "c"], "c", ["c", "x"]) == ["c", "a", "b"]
     assert promote_agreed(["a", "b", "c"], "c", ["b"]) == ["a", "b", "c"]
     assert promote_agreed(["a", "b"], "z", ["z"]) == ["a", "b"]
+
+
+def test_the_error_names_benchmark_finds_the_files_defining_what_an_error_line_calls_or_quotes() -> None:
+    """bench.error_names takes the names an error line calls or quotes (not builtins, dunders or the exception's name) and the files that define each, none when more than three do."""
+    from bench.error_names import MAX_AMBIGUOUS, defining_files, error_names, judge
+
+    assert error_names("TypeError: RST.__init__() got an unexpected keyword argument 'header_rows'") == ["RST", "header_rows"]
+    assert error_names("AttributeError: 'Wallet' object has no attribute 'get_tx_delta'") == ["Wallet", "get_tx_delta"]
+    assert error_names("NameError: name 'len' is not defined") == [] and error_names("ValueError: bad value") == []
+    files = {"pkg/rst.py": "class RST(Base):\n    pass\n", "pkg/use.py": "x = RST()\n", "pkg/w.py": "    async def get_tx_delta(self):\n"}
+    assert defining_files(files, "RST") == ["pkg/rst.py"] and defining_files(files, "get_tx_delta") == ["pkg/w.py"]
+    assert defining_files(files, "RS") == []
+    many = {f"m{i}.py": "def run():\n" for i in range(MAX_AMBIGUOUS + 1)}
+    assert defining_files(many, "run") == [] and len(defining_files(dict(list(many.items())[:MAX_AMBIGUOUS]), "run")) == MAX_AMBIGUOUS
+    question = ("Writing fails\nTraceback (most recent call last):\n  File \"/x/pkg/use.py\", line 1, in <module>\n"
+                "TypeError: RST.__init__() got an unexpected keyword argument 'header_rows'\n")
+    row = judge({"id": "c", "repo": "r", "query": question, "gold_files": ["pkg/rst.py"]}, files)
+    assert row["defined"] == ["pkg/rst.py"] and row["counts"]["gold_defined_unframed"] == 1
+    framed = judge({"id": "c", "repo": "r", "query": question, "gold_files": ["pkg/use.py"]}, files)
+    assert framed["counts"]["gold_defined"] == 0 and framed["counts"]["defined"] == 1

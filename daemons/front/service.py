@@ -134,7 +134,7 @@ class Front(runtime.Service):
         candidates, keyword_query, roles_missing = self._search(q)
         probs = self._rerank(q, candidates)
         threshold = q.req.settings.threshold if q.req.settings.threshold is not None else self.s.rerank_threshold
-        ordered = pipeline.order(candidates, probs, q.s, threshold)
+        ordered = pipeline.order(candidates, probs, q.s, threshold, long=q.qplan.analysis is not None and q.qplan.analysis.is_long)
 
         t0 = time.perf_counter()
         texts: dict[str, str] = {}

@@ -25,6 +25,7 @@ from daemons.lib.fusion import (
     RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RERANK_TOP, RRF_K, VECTOR, VECTOR_K,
 )
 from daemons.lib.widening import IMPORTS_MAX_CHARS, WIDEN_MAX_CHARS
+from daemons.lib.pipeline import RERANK_FUSION_K_LONG, RERANK_FUSION_WEIGHT_LONG
 from daemons.lib.windows import WINDOW_CHARS, WINDOW_OVERLAP
 from daemons.lib.echoes import QUESTION_COPY_WEIGHT
 from daemons.lib.filtering import bad_glob
@@ -211,6 +212,9 @@ class Reranking:
     # the final order blends fused rank and cross-encoder rank (fusion.rerank_order)
     rerank_fusion_k: int = RERANK_FUSION_K
     rerank_fusion_weight: float = RERANK_FUSION_WEIGHT
+    # the same for a long question (question.Analysis.is_long): the cross-encoder reads its condensed form
+    rerank_fusion_k_long: int = RERANK_FUSION_K_LONG
+    rerank_fusion_weight_long: float = RERANK_FUSION_WEIGHT_LONG
     reranker_pool_size: int = field(default_factory=_default_pool_size)
     reranker_idle_s: float = 300.0
     reranker_timeout_ms: int = 8000
@@ -280,7 +284,7 @@ class Settings(Network, Assembly, Reranking, Search, Runtime, Embedding, IndexSh
 SPEC_RANKING: dict[str, Any] = {
     "rrf_k": 60, "file_keyword_pool": 0, "path_mentions": False, "question_analysis": False,
     "test_weight": 1.0, "doc_weight": 1.0, "config_weight": 1.0, "vendored_weight": 1.0, "question_copy_weight": 1.0,
-    "rerank_fusion_weight": 1000.0,
+    "rerank_fusion_weight": 1000.0, "rerank_fusion_weight_long": 1000.0,
     **{f"list_weight_{name}": 1.0 for name in LIST_WEIGHTS},
 }
 
@@ -300,12 +304,12 @@ OTHER_VARIABLES = frozenset({
 #: Inclusive bounds of the numeric settings where a value outside makes no sense (None: open).
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "rerank_threshold": (0.0, 1.0), "test_weight": (0.0, 1.0), "doc_weight": (0.0, 1.0), "config_weight": (0.0, 1.0),
-    "vendored_weight": (0.0, 1.0), "question_copy_weight": (0.0, 1.0), "rerank_fusion_weight": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
+    "vendored_weight": (0.0, 1.0), "question_copy_weight": (0.0, 1.0), "rerank_fusion_weight": (0.0, None), "rerank_fusion_weight_long": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
     "vector_k": (1, None), "keyword_k": (1, None), "focus_k": (0, None), "focus_files": (0, None), "rrf_k": (1, None),
     "rerank_top": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
     "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None),
     "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None), "embed_batch_tokens": (0, None),
-    "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "malloc_arenas": (0, None), "malloc_mmap_threshold_kb": (0, 32768), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None),
+    "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "malloc_arenas": (0, None), "malloc_mmap_threshold_kb": (0, 32768), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None), "rerank_fusion_k_long": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
     "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
     "team_timeout_ms": (1, None), "index_nice": (0, 19), "vector_cache_rows": (0, None), "rerank_cache_pairs": (0, None), "question_deadline_ms": (0, None),
@@ -460,6 +464,7 @@ QUESTION_SETTINGS = (
     "ranking", "vector_k", "keyword_k", "rrf_k", "file_keyword_pool", "file_list", "path_mentions", "question_analysis",
     "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", *(f"list_weight_{name}" for name in LIST_WEIGHTS),
     "test_weight", "doc_weight", "config_weight", "vendored_weight", "question_copy_weight", "rerank_top", "rerank_fusion_k", "rerank_fusion_weight",
+    "rerank_fusion_k_long", "rerank_fusion_weight_long",
 )
 
 
