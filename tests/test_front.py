@@ -447,11 +447,15 @@ def test_real_daemons_fuse_both_file_ranked_lists(stack):
 
 @pytest.mark.timeout(120)
 def test_a_file_named_in_a_traceback_is_answered_and_the_context_line_says_so(stack):
-    """A file the question names by an absolute traceback path is answered, below the threshold too, and the context line names it."""
+    """A file the question names by an absolute traceback path is answered, below the threshold too, and the context line names it; the rerank stage gives the long question's blend."""
     reply = stack.ask('this crashes on startup:\n  File "/srv/app/config_parser.py", line 12, in load\nKeyError: port')
     named = [b for b in code_blocks(reply) if b.path == "config_parser.py"]
     assert named, reply.context_line
     assert "named config_parser.py" in reply.context_line, reply.context_line
+    # a traceback makes it a long question: the final order takes the long blend, and says so
+    assert next(s for s in reply.stages if s.name == "rerank").detail["blend"] == [0, 1.0]
+    short = stack.ask("how is the config file parsed?")
+    assert next(s for s in short.stages if s.name == "rerank").detail["blend"] == [60, 0.5]
 
 
 @pytest.mark.timeout(120)
