@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for which in args.cases or ["validation-traceback"]:
         cases, datas, files, _ = load_lists(which, settings, embedder, cache, rerank_id)
         frames = {c["key"]: [f.path for f in analyse(c["query"]).frames] for c in cases}
+        blends = {c["key"]: blend(settings, is_long_question(c["query"], settings)) for c in cases}
         rules: list[tuple[str, Any]] = [("shipped", None)]
         rules += [(f"frames {o} cap {n} w {x:g}", (o, n, x)) for o, n, x in itertools.product(FRAME_ORDERS, FRAME_CAPS, FRAME_WEIGHTS)]
         rules += [(f"agree {lst}", lst) for lst in AGREE_LISTS]
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def final_of(c: dict, rule: Any = rule) -> list[str]:
                 data, top = datas[c["key"]], tops[c["key"]]
-                final = final_files(data, top, w, *blend(settings, is_long_question(c["query"], settings)))
+                final = final_files(data, top, w, *blends[c["key"]])
                 if isinstance(rule, str):
                     rw = role_weight_of(data, w)
                     best = data["paths"][max(top, key=lambda x: data["probs"][x] * rw(x))]
