@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import write_result
+from bench.list_rules import frame_position
 from bench.validation import traceback_cases, validation_tree
 from daemons.lib.keywords import identifiers
 from daemons.lib.question import analyse
@@ -82,7 +83,7 @@ def judge(case: dict[str, Any], files: dict[str, str]) -> dict[str, Any]:
     defined = list(dict.fromkeys(p for n in names for p in defining_files(files, n)))
     gold = [p for p in defined if p in case["gold_files"]]
     framed = [f.path for f in a.frames]
-    unframed = [p for p in gold if not any(fp == p or fp.endswith("/" + p) for fp in framed)]
+    unframed = [p for p in gold if frame_position(p, framed, "outer") is None]
     return {"id": case["id"], "repo": case["repo"], "names": names, "defined": defined, "gold": gold, "counts": {
         "cases": 1, "error_line": int(bool(a.error_lines)), "names": int(bool(names)), "defined": int(bool(defined)),
         "gold_defined": int(bool(gold)), "gold_defined_unframed": int(bool(unframed))}}

@@ -85,7 +85,7 @@ def test_notes_name_question_copies_apart_from_the_role_weights() -> None:
 
 
 def test_a_long_question_gives_the_cross_encoder_its_own_blend_and_the_short_blend_is_one_setting_away() -> None:
-    """A long question is ordered with rerank_fusion_k_long and rerank_fusion_weight_long (0 and 1: the cross-encoder's best file climbs from fused third to second), a short one as before; setting the long pair to the short one gives the short order."""
+    """A long question is ordered with rerank_fusion_k_long and rerank_fusion_weight_long (0 and 1: the cross-encoder's best file, fused fourth, climbs from third to second), a short one as before; setting the long pair to the short one gives the short order."""
     s = Settings()
     assert pipeline.blend(s, False) == (s.rerank_fusion_k, s.rerank_fusion_weight) == (60, 0.5)
     assert pipeline.blend(s, True) == (s.rerank_fusion_k_long, s.rerank_fusion_weight_long) == (0, 1.0)
