@@ -295,6 +295,14 @@ def is_long_question(question: str, settings: Settings) -> bool:
     return bool(settings.question_analysis) and analyse(question).is_long
 
 
+def is_traceback_question(question: str, settings: Settings) -> bool:
+    """Whether the searcher gives *question* a traceback question's list votes
+    (``QueryPlan.traceback``): analysis on, and ``question.Analysis.has_traceback``."""
+    from daemons.lib.question import analyse
+
+    return bool(settings.question_analysis) and analyse(question).has_traceback
+
+
 def question_queries(q: str, settings: Settings, embedder: Any, store: IndexStore) -> tuple[Any, str, Any, list[str]]:
     """The product's queries for question *q* under *settings* in *store*'s workspace, as the
     searcher and front make them (``question.plan``): ``(plan, keyword query, query vector(s),

@@ -29,7 +29,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from bench.common import bench_settings, is_long_question, settings_embedder, write_result
+from bench.common import bench_settings, is_long_question, is_traceback_question, settings_embedder, write_result
 from bench.quality import reranker_note
 from bench.repos import DEFAULT_CACHE
 from bench.tune import final_files, fused_top, load_lists, log, role_weight_of, score, score_missing, shipped_weights
@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         cases, datas, files, _ = load_lists(which, settings, embedder, cache, rerank_id)
         frames = {c["key"]: [f.path for f in analyse(c["query"]).frames] for c in cases}
         blends = {c["key"]: blend(settings, is_long_question(c["query"], settings)) for c in cases}
+        traceback = {c["key"]: is_traceback_question(c["query"], settings) for c in cases}
         rules: list[tuple[str, Any]] = [("shipped", None)]
         rules += [(f"frames {o} cap {n} w {x:g}", (o, n, x)) for o, n, x in itertools.product(FRAME_ORDERS, FRAME_CAPS, FRAME_WEIGHTS)]
         rules += [(f"agree {lst}", lst) for lst in AGREE_LISTS]
@@ -117,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                 for c in cases:
                     data = datas[c["key"]]
                     lists = split_frames(data["lists"], data["paths"], frames[c["key"]], o, n)
-                    tops[c["key"]] = fused_top({**data, "lists": lists}, {**w, FRAMES: x}, settings.rrf_k)
+                    tops[c["key"]] = fused_top({**data, "lists": lists}, {**w, FRAMES: x}, settings.rrf_k, traceback=traceback[c["key"]])
             else:
-                tops = {c["key"]: fused_top(datas[c["key"]], w, settings.rrf_k) for c in cases}
+                tops = {c["key"]: fused_top(datas[c["key"]], w, settings.rrf_k, traceback=traceback[c["key"]]) for c in cases}
             scored = score_missing(cases, datas, files, reranker, lambda c: tops[c["key"]])
             if scored:
                 log(f"  {label}: cross-encoder scored {scored} new passages")

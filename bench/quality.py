@@ -70,7 +70,8 @@ ROLE_WEIGHT_SETTINGS = ("test_weight", "doc_weight", "config_weight", "vendored_
 SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", *ROLE_WEIGHT_SETTINGS, "question_copy_weight",
                    "file_keyword_pool", "file_list",
                    "path_mentions", "question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars",
-                   *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
+                   *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS),
+                   *(f"list_weight_{name}{fusion.TRACEBACK}" for name in fusion.TRACEBACK_LIST_WEIGHTS))
 #: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
 ORDER_SETTINGS = ("rerank_fusion_k", "rerank_fusion_weight", "rerank_fusion_k_long", "rerank_fusion_weight_long", "rerank_threshold")
 OUT = Path(__file__).resolve().parent / "results" / "quality.json"

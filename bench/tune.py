@@ -33,14 +33,14 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
-    EmbedCache, apply_overrides, bench_settings, index_key, is_long_question, open_or_build, question_queries, settings_embedder, write_result,
+    EmbedCache, apply_overrides, bench_settings, index_key, is_long_question, is_traceback_question, open_or_build, question_queries, settings_embedder, write_result,
 )
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.quality import ROLE_WEIGHT_SETTINGS, ranking_code_digest, reranker_note, select_cases
 from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion
-from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, VECTOR, weighted_fuse
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, TRACEBACK, TRACEBACK_LIST_WEIGHTS, VECTOR, kind_weights, weighted_fuse
 from daemons.lib.roles import file_role
 from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
@@ -61,12 +61,16 @@ ROLE_FINALISTS = 10
 #: Settings a run can be given (``--set``); the first five (the question's) and the role weights name the cache.
 SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", "rrf_k", "file_keyword_pool", "test_weight",
             "doc_weight", "config_weight", "rerank_fusion_k", "rerank_fusion_weight", "rerank_fusion_k_long", "rerank_fusion_weight_long",
-            *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS))
+            *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS), *(f"list_weight_{name}{TRACEBACK}" for name in TRACEBACK_LIST_WEIGHTS))
 #: Whose probabilities the case files held before they were kept per cross-encoder.
 LEGACY_PROBS = "wsctx-minilm-l6-code-ce@2 (model sha256 f1b2a5354dc1)"
 BLEND_K = (0, 5, 10, 30, 60)
 #: ``--blend-for``: which questions a blend grid point applies to (``pipeline.blend`` tells long from short).
 BLEND_FOR = ("all", "long", "short")
+#: ``--lists-for``: which questions a grid point's file-ranked list votes apply to (``all``: every
+#: question, a traceback question too; ``traceback``: only those quoting one, as their
+#: ``list_weight_<name>_traceback``, the others keeping the settings').
+LISTS_FOR = ("all", "traceback")
 BLEND_WEIGHT = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 100.0)
 TOP_N = 12
 
@@ -143,9 +147,9 @@ def score_missing(cases: list[dict], datas: dict[str, dict[str, Any]], files: di
 
 
 def shipped_weights(settings: Any) -> dict[str, float]:
-    """The settings' list weights and ``test``/``doc``/``config`` role multipliers, in the one
-    dict ``fused_top`` and ``final_files`` take."""
-    return {**settings.list_weights(), "test": settings.test_weight, "doc": settings.doc_weight, "config": settings.config_weight}
+    """The settings' list weights (a traceback question's ``<name>_traceback`` ones too) and
+    ``test``/``doc``/``config`` role multipliers, in the one dict ``fused_top`` and ``final_files`` take."""
+    return {**settings.kind_list_weights(), "test": settings.test_weight, "doc": settings.doc_weight, "config": settings.config_weight}
 
 
 def role_weight_of(data: dict[str, Any], weights: dict[str, float]):
@@ -159,10 +163,12 @@ def role_weight_of(data: dict[str, Any], weights: dict[str, float]):
     return role_weight
 
 
-def fused_top(data: dict[str, Any], weights: dict[str, float], rrf_k: int, top_n: int = TOP_N) -> list[str]:
-    """The product's fused top *top_n* chunk ids under list *weights* and *rrf_k*; *weights* may
-    also hold ``test``, ``doc`` and ``config`` role multipliers (else the shipped ones apply)."""
-    return [f.id for f, _, _ in weighted_fuse(data["lists"], role_weight_of(data, weights), rrf_k, weights)[:top_n]]
+def fused_top(data: dict[str, Any], weights: dict[str, float], rrf_k: int, top_n: int = TOP_N, traceback: bool = False) -> list[str]:
+    """The product's fused top *top_n* chunk ids under list *weights* and *rrf_k*, for a question
+    quoting a traceback (*traceback*: its ``<name>_traceback`` votes, ``fusion.kind_weights``) or
+    not; *weights* may also hold ``test``, ``doc`` and ``config`` role multipliers (else the
+    shipped ones apply)."""
+    return [f.id for f, _, _ in weighted_fuse(data["lists"], role_weight_of(data, weights), rrf_k, kind_weights(weights, traceback))[:top_n]]
 
 
 def final_files(data: dict[str, Any], top: list[str], weights: dict[str, float], k: int, weight: float) -> list[str]:
@@ -216,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the values tried for one of {', '.join(GRID)} instead of GRID's; repeatable")
     ap.add_argument("--blend-for", choices=BLEND_FOR, default="all",
                     help="the questions a blend grid point applies to; the others keep the shipped blend of their kind (pipeline.blend)")
+    ap.add_argument("--lists-for", choices=LISTS_FOR, default="all",
+                    help="the questions a grid point's file_keyword and file_bm25 votes apply to: every question, or only "
+                         "those quoting a traceback (their list_weight_<name>_traceback; the others keep the settings')")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -241,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         rerank_id = reranker_note(reranker)
     cases, datas, files, skipped = load_lists(args.cases, settings, embedder, cache, rerank_id, repos=args.repo, tags=args.tag)
     long = {c["key"]: is_long_question(c["query"], settings) for c in cases}
+    traceback = {c["key"]: is_traceback_question(c["query"], settings) for c in cases}
 
     def blend_of(c: dict, point: tuple[int, float] | None) -> tuple[int, float]:
         """The blend case *c* gets: the grid *point* where ``--blend-for`` takes in its kind, else
@@ -251,6 +261,15 @@ def main(argv: list[str] | None = None) -> int:
 
     # the product's defaults (or --set): list weights, role multipliers and RRF constant
     shipped = (shipped_weights(settings), settings.rrf_k)
+
+    def grid_point(w: dict[str, float]) -> dict[str, float]:
+        """A grid point's list votes with its traceback votes: the grid's file-list votes for every
+        question, or (``--lists-for traceback``) for traceback questions only."""
+        file_lists = {name: w[name] for name in TRACEBACK_LIST_WEIGHTS}
+        if args.lists_for == "traceback":
+            return {**w, **{name: shipped[0][name] for name in file_lists}, **{name + TRACEBACK: v for name, v in file_lists.items()}}
+        return {**w, **{name + TRACEBACK: v for name, v in file_lists.items()}}
+
     if args.report:
         given = json.loads(Path(args.report).read_text())["chosen"]
         configs = [shipped, (given["list_weights"], given["rrf_k"])]
@@ -259,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                          1: (given.get("rerank_fusion_k", settings.rerank_fusion_k), given.get("rerank_fusion_weight", settings.rerank_fusion_weight))}
     else:
         # each grid point: the list weights, and the RRF constant (GRID's last key)
-        configs = [(dict(zip(list(grid)[:-1], combo[:-1])), combo[-1]) for combo in itertools.product(*grid.values())]
+        configs = [(grid_point(dict(zip(list(grid)[:-1], combo[:-1]))), combo[-1]) for combo in itertools.product(*grid.values())]
         if shipped not in configs:
             configs.append(shipped)
     alone = {lst: score(cases, lambda c, lst=lst: files_in_order([datas[c["key"]]["paths"][x] for x in datas[c["key"]]["lists"].get(lst, [])]))
@@ -268,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def fused_score(cfg):
         w, k = cfg
-        return score(cases, lambda c: files_in_order([datas[c["key"]]["paths"][x] for x in fused_top(datas[c["key"]], w, k)]))
+        return score(cases, lambda c: files_in_order([datas[c["key"]]["paths"][x] for x in fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]])]))
 
     log(f"scoring {len(configs)} fusion settings on {len(cases)} cases")
     fused = [(cfg, fused_score(cfg)) for cfg in configs]
@@ -306,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         best_fused = next(((cfg, s) for cfg, s in fused if not below_floor(s)), fused[0])
 
-    doc: dict[str, Any] = {"date": date.today().isoformat(), "cases": args.cases, "n": len(cases), "long": sum(long.values()), "blend_for": args.blend_for, "skipped": len(skipped),
+    doc: dict[str, Any] = {"date": date.today().isoformat(), "cases": args.cases, "n": len(cases), "long": sum(long.values()), "blend_for": args.blend_for,
+                           "traceback": sum(traceback.values()), "lists_for": args.lists_for, "skipped": len(skipped),
                            "embedder": embedder.model_id, "reranker": rerank_id, "grid": {k: list(v) for k, v in grid.items()},
                            "alone": alone, "shipped_fused": shipped_fused,
                            "top_fused": [{"list_weights": cfg[0], "rrf_k": cfg[1], **s} for cfg, s in fused[:20]]}
@@ -318,11 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         elif shipped not in finalists:
             finalists.append(shipped)
         scored = score_missing(cases, datas, files, reranker,
-                               lambda c: {x for w, k in finalists for x in fused_top(datas[c["key"]], w, k)})
+                               lambda c: {x for w, k in finalists for x in fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]])})
         log(f"cross-encoder scored {scored} new passages")
         blends = []
         for i, (w, k) in enumerate(finalists):
-            tops = {c["key"]: fused_top(datas[c["key"]], w, k) for c in cases}
+            tops = {c["key"]: fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]]) for c in cases}
             for point in ([report_blends[i]] if args.report else itertools.product(BLEND_K, BLEND_WEIGHT)):
                 s = score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], w, *blend_of(c, point)))
                 bk, bw = point or (settings.rerank_fusion_k, settings.rerank_fusion_weight)

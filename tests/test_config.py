@@ -85,6 +85,8 @@ def test_ranking_spec_gives_spec_section_2_in_one_setting(tmp_path: Path) -> Non
     assert (spec.test_weight, spec.doc_weight, spec.config_weight, spec.vendored_weight, spec.question_copy_weight) == (1.0,) * 5
     assert tuned.question_copy_weight < 1.0
     assert set(spec.list_weights().values()) == {1.0} and spec.rerank_fusion_weight >= 100 and spec.rerank_fusion_weight_long >= 100
+    assert set(spec.list_weights(traceback=True).values()) == {1.0}
+    assert tuned.list_weights(traceback=True)["file_keyword"] < tuned.list_weights()["file_keyword"]
     with pytest.raises(ValueError, match="use tuned, spec"):
         load_settings(env={"WSCTX_CONFIG": str(tmp_path / "none.toml"), "WSCTX_RANKING": "best"})
 
@@ -95,6 +97,8 @@ def test_a_question_overrides_only_ranking_settings_and_each_bad_one_is_named(tm
     mine = with_overrides(base, {"rrf_k": "5", "path_mentions": "off", "list_weight_vector": "1.5"})
     assert (mine.rrf_k, mine.path_mentions, mine.list_weight_vector) == (5, False, 1.5)
     assert (base.rrf_k, base.path_mentions, base.list_weight_vector) == (30, True, 0.5)
+    mine = with_overrides(base, {"list_weight_file_keyword_traceback": "1", "list_weight_file_bm25_traceback": "1"})
+    assert mine.list_weights(traceback=True) == base.list_weights() != base.list_weights(traceback=True)
     assert with_overrides(base, {}) is base
     spec = with_overrides(base, {"ranking": "spec", "rrf_k": 10})
     assert (spec.rrf_k, spec.file_keyword_pool, spec.test_weight) == (10, 0, 1.0)
@@ -105,6 +109,7 @@ def test_a_question_overrides_only_ranking_settings_and_each_bad_one_is_named(tm
                                ({"rrf_k": "many"}, "rrf_k = 'many': expected a whole number"),
                                ({"path_mentions": "maybe"}, "path_mentions = 'maybe': expected one of"),
                                ({"doc_weight": -1}, "doc_weight must be between 0 and 1, not -1"),
+                               ({"list_weight_file_bm25_traceback": -1}, "list_weight_file_bm25_traceback must be at least 0, not -1"),
                                ({"dense_query": "sum"}, "dense_query 'sum': use")):
         with pytest.raises(ValueError) as info:
             with_overrides(base, overrides, "--set")

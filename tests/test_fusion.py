@@ -194,6 +194,28 @@ def test_the_blend_rules_benchmark_measures_the_products_file_order_under_its_ra
     assert file_order(paths, probs, 60, 0.5, "margin", 8.0)[0] == "c"
 
 
+def test_a_traceback_question_gets_the_traceback_votes_of_the_file_lists_and_no_other_question_does() -> None:
+    """``kind_weights`` puts each ``<name>_traceback`` vote in place of ``<name>``'s for a traceback question only, and the search parameters of a question quoting a stack trace carry the settings' traceback votes while a plain question's carry the general ones."""
+    from daemons.lib.config import Settings
+    from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, LIST_WEIGHTS, TRACEBACK_LIST_WEIGHTS, VECTOR, kind_weights
+    from daemons.lib.question import plan_for
+    from daemons.lib.search import question_params
+
+    w = {VECTOR: 0.5, FILE_KEYWORD: 1.0, FILE_KEYWORD + "_traceback": 0.25}
+    assert kind_weights(w, False)[FILE_KEYWORD] == 1.0 and kind_weights(w, True)[FILE_KEYWORD] == 0.25
+    assert kind_weights(w, True)[VECTOR] == 0.5 and kind_weights({VECTOR: 2.0}, True) == {VECTOR: 2.0}
+    s = Settings()
+    trace = plan_for('it fails:\nTraceback (most recent call last):\n  File "app/config.py", line 3, in load\nKeyError: port', s)
+    plain = plan_for("how is the config file parsed?", s)
+    assert trace.traceback and not plain.traceback
+    assert question_params(s, plain).list_weights == LIST_WEIGHTS
+    assert question_params(s, trace).list_weights == {**LIST_WEIGHTS, **TRACEBACK_LIST_WEIGHTS}
+    assert TRACEBACK_LIST_WEIGHTS[FILE_KEYWORD] < LIST_WEIGHTS[FILE_KEYWORD] and TRACEBACK_LIST_WEIGHTS[FILE_BM25] < LIST_WEIGHTS[FILE_BM25]
+    # with the analysis off (SPEC §2) no question is told apart
+    off = plan_for(trace.question, Settings(question_analysis=False))
+    assert not off.traceback
+
+
 def test_the_tuner_grid_takes_the_values_given_for_one_list_and_names_a_bad_one() -> None:
     """``bench.tune --grid NAME=V1,V2`` replaces that setting's values only, every fused list is on the grid, and an unknown name or a non-number is refused."""
     from bench.tune import GRID, grid_with
@@ -207,6 +229,16 @@ def test_the_tuner_grid_takes_the_values_given_for_one_list_and_names_a_bad_one(
         grid_with(["vektor=1"])
     with pytest.raises(ValueError, match="numbers"):
         grid_with(["vector=a,b"])
+
+
+def test_the_tuner_fuses_a_traceback_question_with_the_traceback_votes_it_is_given() -> None:
+    """``bench.tune.fused_top`` fuses a traceback question's cached lists with the weights' ``<name>_traceback`` votes and any other question's with the general ones, as the searcher does."""
+    from bench.tune import fused_top
+
+    data = {"lists": {"vector": ["b", "c"], "file_keyword": ["a"]}, "roles": {"a": 1.0, "b": 1.0, "c": 1.0}, "kinds": {}}
+    w = {"vector": 1.0, "file_keyword": 1.0, "file_keyword_traceback": 0.0}
+    assert sorted(fused_top(data, w, 30)) == ["a", "b", "c"]
+    assert fused_top(data, w, 30, traceback=True) == ["b", "c"]
 
 
 def test_the_list_rules_benchmark_splits_a_tracebacks_files_from_the_files_named_in_prose() -> None:

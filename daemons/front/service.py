@@ -227,10 +227,12 @@ class Front(runtime.Service):
             self.log.warning("searcher_unavailable", error=exc.message)
             candidates, keyword_query = self._local_search(q.wid, q.qplan, q.focus, s)
             q.degraded.append(DEGRADED_SEARCHER_DOWN)
-            q.stage("search", t0, candidates=len(candidates))
+            q.stage("search", t0, candidates=len(candidates), list_weights=s.list_weights(traceback=q.qplan.traceback))
             return candidates, keyword_query, []
         q.degraded += sr.degraded
-        q.stage("search", t0, candidates=len(sr.candidates), timings_ms=sr.timings_ms, **sr.index)
+        # the lists' votes this question got: a traceback question's own for the file-ranked lists
+        q.stage("search", t0, candidates=len(sr.candidates), timings_ms=sr.timings_ms,
+                list_weights=s.list_weights(traceback=q.qplan.traceback), **sr.index)
         return sr.candidates, sr.keyword_query, list(sr.index.get("roles_missing") or [])
 
     def _rerank(self, q: _Question, candidates: list[Candidate]) -> list[float] | None:

@@ -22,6 +22,7 @@ from daemons.lib.assembly import BUDGET_CHARS, MAX_BLOCK_CHARS, NEAR_MISS_COUNT,
 from daemons.lib.chunking import DEFAULT_SETTINGS as CHUNK_DEFAULTS
 from daemons.lib.fusion import (
     BOTH, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FOCUS_K, KEYWORD, KEYWORD_K, LIST_WEIGHTS, MENTIONED,
+    TRACEBACK, TRACEBACK_LIST_WEIGHTS, kind_weights,
     RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RERANK_TOP, RRF_K, VECTOR, VECTOR_K,
 )
 from daemons.lib.widening import IMPORTS_MAX_CHARS, WIDEN_MAX_CHARS
@@ -192,6 +193,9 @@ class Search:
     list_weight_file_keyword: float = LIST_WEIGHTS[FILE_KEYWORD]
     list_weight_file_bm25: float = LIST_WEIGHTS[FILE_BM25]
     list_weight_mentioned: float = LIST_WEIGHTS[MENTIONED]
+    # the two file-ranked keyword lists' votes for a question quoting a traceback (fusion.TRACEBACK_LIST_WEIGHTS)
+    list_weight_file_keyword_traceback: float = TRACEBACK_LIST_WEIGHTS[FILE_KEYWORD]
+    list_weight_file_bm25_traceback: float = TRACEBACK_LIST_WEIGHTS[FILE_BM25]
     # RRF multipliers for test, doc, config and vendored files when the question does not ask for them (roles.py)
     test_weight: float = TEST_WEIGHT
     doc_weight: float = DOC_WEIGHT
@@ -270,9 +274,15 @@ class Settings(Network, Assembly, Reranking, Search, Runtime, Embedding, IndexSh
     def control_endpoint(self, daemon: str) -> str:
         return self.endpoint(f"{daemon}.ctl")
 
-    def list_weights(self) -> dict[str, float]:
-        """Each fused list's vote by list name, for ``hybrid_search``."""
-        return {name: float(getattr(self, f"list_weight_{name}")) for name in LIST_WEIGHTS}
+    def list_weights(self, traceback: bool = False) -> dict[str, float]:
+        """Each fused list's vote by list name, for ``hybrid_search``: a question quoting a
+        traceback's (*traceback*) or any other's."""
+        return {name: w for name, w in kind_weights(self.kind_list_weights(), traceback).items() if name in LIST_WEIGHTS}
+
+    def kind_list_weights(self) -> dict[str, float]:
+        """Each list's vote, and each ``<name>_traceback`` vote (``fusion.kind_weights`` picks)."""
+        return {**{name: float(getattr(self, f"list_weight_{name}")) for name in LIST_WEIGHTS},
+                **{name + TRACEBACK: float(getattr(self, f"list_weight_{name}{TRACEBACK}")) for name in TRACEBACK_LIST_WEIGHTS}}
 
     def index_shape(self) -> dict[str, Any]:
         """The settings that shaped the rows; recorded in the table and compared on open."""
@@ -286,6 +296,7 @@ SPEC_RANKING: dict[str, Any] = {
     "test_weight": 1.0, "doc_weight": 1.0, "config_weight": 1.0, "vendored_weight": 1.0, "question_copy_weight": 1.0,
     "rerank_fusion_weight": 1000.0, "rerank_fusion_weight_long": 1000.0,
     **{f"list_weight_{name}": 1.0 for name in LIST_WEIGHTS},
+    **{f"list_weight_{name}{TRACEBACK}": 1.0 for name in TRACEBACK_LIST_WEIGHTS},
 }
 
 #: The settings that shape a file's chunks (the chunker's batches carry them, the embedder checks them).
@@ -315,6 +326,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "team_timeout_ms": (1, None), "index_nice": (0, 19), "vector_cache_rows": (0, None), "rerank_cache_pairs": (0, None), "question_deadline_ms": (0, None),
     "keyword_max_terms": (0, None), "dense_windows": (1, None), "rerank_query_chars": (1, None),
     **{f"list_weight_{name}": (0.0, None) for name in LIST_WEIGHTS},
+    **{f"list_weight_{name}{TRACEBACK}": (0.0, None) for name in TRACEBACK_LIST_WEIGHTS},
 }
 
 
@@ -463,6 +475,7 @@ def _check_values(values: Mapping[str, Any], sources: Mapping[str, str]) -> None
 QUESTION_SETTINGS = (
     "ranking", "vector_k", "keyword_k", "rrf_k", "file_keyword_pool", "file_list", "path_mentions", "question_analysis",
     "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", *(f"list_weight_{name}" for name in LIST_WEIGHTS),
+    *(f"list_weight_{name}{TRACEBACK}" for name in TRACEBACK_LIST_WEIGHTS),
     "test_weight", "doc_weight", "config_weight", "vendored_weight", "question_copy_weight", "rerank_top", "rerank_fusion_k", "rerank_fusion_weight",
     "rerank_fusion_k_long", "rerank_fusion_weight_long",
 )

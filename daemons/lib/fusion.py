@@ -39,6 +39,14 @@ MENTIONED = "mentioned"
 #: Each list's vote in the fusion (``rrf`` weights; settings ``list_weight_<name>``), chosen on the
 #: validation cases; SPEC §2: 1 each.
 LIST_WEIGHTS: dict[str, float] = {VECTOR: 0.5, KEYWORD: 0.5, FILE_KEYWORD: 1.0, FILE_BM25: 1.0, MENTIONED: 2.0}
+#: A question that quotes a traceback (``question.Analysis.has_traceback``) gets these votes for the
+#: two file-ranked keyword lists instead (settings ``list_weight_<name>_traceback``): its frames'
+#: files are the mentioned list already, and its many identifiers and paths lift the biggest files
+#: of the project up those two lists. Chosen on the 180 validation-traceback questions
+#: (``bench.tune --lists-for traceback``).
+TRACEBACK_LIST_WEIGHTS: dict[str, float] = {FILE_KEYWORD: 0.25, FILE_BM25: 0.5}
+#: The suffix of a list's traceback vote, in a weights dict and in the settings' names.
+TRACEBACK = "_traceback"
 
 #: ``file_list`` values (the setting and ``hybrid_search``): which file-ranked keyword lists are fused.
 BOTH, CHUNKS, FILES = "both", "chunks", "files"
@@ -136,6 +144,16 @@ def weighted_fuse(
         w = role_weight(f.id)
         out.append((f, w, f.score * w))
     out.sort(key=lambda t: -round(t[2], 12))
+    return out
+
+
+def kind_weights(weights: Mapping[str, float], traceback: bool) -> dict[str, float]:
+    """The list votes a question gets from *weights*: for a traceback question (*traceback*) each
+    ``<name>_traceback`` entry (``TRACEBACK``) takes the place of ``<name>``'s; the suffixed entries
+    themselves stay (``rrf`` ignores names that are no list)."""
+    out = dict(weights)
+    if traceback:
+        out.update({name[: -len(TRACEBACK)]: w for name, w in weights.items() if name.endswith(TRACEBACK)})
     return out
 
 

@@ -40,7 +40,8 @@ Contract
   question would list them as identifiers.
 
 * ``Analysis.is_long`` is true when the question has more than ``LONG_WORDS`` words or any code
-  block, frame or error line.
+  block, frame or error line; ``Analysis.has_traceback`` when it has a frame (the search then
+  gives the file-ranked keyword lists their traceback votes, ``fusion.TRACEBACK_LIST_WEIGHTS``).
 * ``keyword_query(question, analysis, max_terms)`` is ``keywords.query_keywords(question)`` for a
   short question. For a long one the terms are ranked and the best ``max_terms`` kept, in order of
   rank: terms of error lines and frame functions first, then the title's, then the other code-like
@@ -140,6 +141,12 @@ class Analysis:
     @property
     def is_long(self) -> bool:
         return self.words > LONG_WORDS or bool(self.code_blocks or self.frames or self.error_lines)
+
+    @property
+    def has_traceback(self) -> bool:
+        """Whether the question quotes a stack trace (a frame found): its own list votes apply
+        (``fusion.TRACEBACK_LIST_WEIGHTS``)."""
+        return bool(self.frames)
 
     def account(self) -> dict[str, Any]:
         """What was found, for the answer's stage account: counts and the first few of each."""
@@ -387,6 +394,12 @@ class QueryPlan:
         """``mentions.mentions`` of the question: the analysis's paths when there is one (so the
         question is scanned once), else computed on first use."""
         return self.analysis.paths if self.analysis is not None else mentions(self.question)
+
+    @property
+    def traceback(self) -> bool:
+        """Whether the analysed question quotes a traceback (``Analysis.has_traceback``): the
+        searches give it the settings' traceback list votes (``config.Settings.list_weights``)."""
+        return self.analysis is not None and self.analysis.has_traceback
 
 
 def plan(question: str, *, analysis: bool = True, keyword_max_terms: int = KEYWORD_MAX_TERMS, dense: str = WHOLE,

@@ -94,12 +94,12 @@ class SearchParams:
 def question_params(s: Settings, qplan: QueryPlan) -> SearchParams:
     """The product's parameters for one question's plan under settings ``s`` (the daemons' own, or
     with the question's overrides): list sizes, fusion, its named files, role weights, list weights
-    and copy key."""
+    (a traceback question's own, ``QueryPlan.traceback``) and copy key."""
     return SearchParams(
         vector_k=s.vector_k, keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top, rrf_k=s.rrf_k,
         file_pool=s.file_keyword_pool, file_list=s.file_list, mentioned=tuple(qplan.mentions) if s.path_mentions else (),
         role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight, s.vendored_weight),
-        list_weights=s.list_weights(), copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
+        list_weights=s.list_weights(traceback=qplan.traceback), copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
     )
 
 
