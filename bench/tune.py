@@ -73,6 +73,8 @@ BLEND_FOR = ("all", "long", "short")
 LISTS_FOR = ("all", "traceback")
 BLEND_WEIGHT = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 100.0)
 TOP_N = 12
+#: A grid of at most this many points is also tabled point by point at the shipped blends.
+GRID_TABLE = 64
 
 
 def log(msg: str) -> None:
@@ -337,9 +339,15 @@ def main(argv: list[str] | None = None) -> int:
             finalists = configs
         elif shipped not in finalists:
             finalists.append(shipped)
+        # a small grid's every point also gets its final order at the shipped blends (GRID_TABLE)
+        tabled = configs if len(configs) <= GRID_TABLE else []
         scored = score_missing(cases, datas, files, reranker,
-                               lambda c: {x for w, k in finalists for x in fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]])})
+                               lambda c: {x for w, k in [*finalists, *tabled] for x in fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]])})
         log(f"cross-encoder scored {scored} new passages")
+        at_shipped_blend = []
+        for w, k in tabled:
+            tops = {c["key"]: fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]]) for c in cases}
+            at_shipped_blend.append(((w, k), score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], w, *blend_of(c, None)))))
         blends = []
         for i, (w, k) in enumerate(finalists):
             tops = {c["key"]: fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]]) for c in cases}
@@ -361,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(row(f"{config_name(w, k)} blend {bk}/{bw:g}", s))
         lines.append(f"blends at the shipped list weights, repository-mean MRR (k/w applied to {args.blend_for}): "
                      + "  ".join(f"{b['rerank_fusion_k']}/{b['rerank_fusion_weight']:g} {b['repo_mean']['mrr']:.1f}" for b in shipped_blends))
+        if at_shipped_blend:
+            lines.append("every grid point (role weights as shipped), each question at its kind's shipped blend:")
+            for (w, k), s in sorted(at_shipped_blend, key=lambda t: -t[1]["repo_mean"]["mrr"]):
+                lines.append(row(f"  {config_name(w, k)}", s))
         if args.report:
             (w, k, bk, bw), s = next((cfg, s) for cfg, s in blends if (cfg[0], cfg[1]) == configs[1])
         else:
@@ -369,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                   "fused": fused_score((w, k))}
         doc["shipped_final"] = shipped_final
         doc["shipped_blends"] = shipped_blends
+        doc["grid_at_shipped_blend"] = [{"list_weights": w, "rrf_k": k, "repo_mean": s["repo_mean"],
+                                              "per_repo_mrr": {r: v["mrr"] for r, v in s["per_repo"].items()}} for (w, k), s in at_shipped_blend]
         doc["top_final"] = [{"list_weights": c[0], "rrf_k": c[1], "rerank_fusion_k": c[2], "rerank_fusion_weight": c[3], **s}
                             for c, s in blends[:20]]
     doc["chosen"] = chosen
