@@ -15,6 +15,8 @@ commits`` or ``swebench`` only *report* the chosen settings next to the shipped 
     python -m bench.tune                                  # choose on validation, no cross-encoder
     python -m bench.tune --rerank                         # also the blend, with the cross-encoder
     python -m bench.tune --cases commits --rerank --report bench/results/tune_validation.json
+    python -m bench.tune --cases validation-traceback --rerank --lists-for traceback --grid file_keyword=0,0.25,1 ...
+                                                          # the file lists' votes for traceback questions only
 """
 from __future__ import annotations
 
