@@ -16,7 +16,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -287,20 +287,23 @@ def robustness_table(rob: dict[str, dict[str, Any]]) -> str:
 
 
 
-def is_long_question(question: str, settings: Settings) -> bool:
-    """Whether the front gives *question* a long question's blend (``pipeline.blend``): analysis on,
-    and ``question.Analysis.is_long``."""
+class QuestionKind(NamedTuple):
+    """How the product tells a question apart (``QueryPlan.long``, ``QueryPlan.traceback``)."""
+
+    long: bool
+    traceback: bool
+
+
+def question_kind(question: str, settings: Settings) -> QuestionKind:
+    """Whether *question* gets a long question's blend (``pipeline.blend``) and a traceback
+    question's list votes (``Settings.list_weights``), as the front and searcher decide: analysis
+    on, and ``question.Analysis.is_long`` / ``has_traceback``; one analysis for both."""
     from daemons.lib.question import analyse
 
-    return bool(settings.question_analysis) and analyse(question).is_long
-
-
-def is_traceback_question(question: str, settings: Settings) -> bool:
-    """Whether the searcher gives *question* a traceback question's list votes
-    (``QueryPlan.traceback``): analysis on, and ``question.Analysis.has_traceback``."""
-    from daemons.lib.question import analyse
-
-    return bool(settings.question_analysis) and analyse(question).has_traceback
+    if not settings.question_analysis:
+        return QuestionKind(False, False)
+    a = analyse(question)
+    return QuestionKind(a.is_long, a.has_traceback)
 
 
 def question_queries(q: str, settings: Settings, embedder: Any, store: IndexStore) -> tuple[Any, str, Any, list[str]]:

@@ -29,7 +29,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from bench.common import bench_settings, is_long_question, is_traceback_question, settings_embedder, write_result
+from bench.common import bench_settings, question_kind, settings_embedder, write_result
 from bench.quality import reranker_note
 from bench.repos import DEFAULT_CACHE
 from bench.tune import final_files, fused_top, load_lists, log, role_weight_of, score, score_missing, shipped_weights
@@ -105,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     for which in args.cases or ["validation-traceback"]:
         cases, datas, files, _ = load_lists(which, settings, embedder, cache, rerank_id)
         frames = {c["key"]: [f.path for f in analyse(c["query"]).frames] for c in cases}
-        blends = {c["key"]: blend(settings, is_long_question(c["query"], settings)) for c in cases}
-        traceback = {c["key"]: is_traceback_question(c["query"], settings) for c in cases}
+        kinds = {c["key"]: question_kind(c["query"], settings) for c in cases}
+        blends = {key: blend(settings, kind.long) for key, kind in kinds.items()}
+        traceback = {key: kind.traceback for key, kind in kinds.items()}
         rules: list[tuple[str, Any]] = [("shipped", None)]
         rules += [(f"frames {o} cap {n} w {x:g}", (o, n, x)) for o, n, x in itertools.product(FRAME_ORDERS, FRAME_CAPS, FRAME_WEIGHTS)]
         rules += [(f"agree {lst}", lst) for lst in AGREE_LISTS]

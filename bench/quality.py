@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_long_question, is_test_file, open_or_build, question_queries,
+    EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_test_file, open_or_build, question_kind, question_queries,
     robustness, robustness_table, settings_embedder, workspace_files, write_result,
 )
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranked.pop("reranked_probs", None)
                 changed = True
             # as the front tells them apart: by the question's analysis, when analysis is on
-            long = is_long_question(q, settings)
+            long = question_kind(q, settings).long
             if "fused_probs" in ranked:
                 ranked["cross_encoder"], ranked["reranked"] = reranked_orders(ranked, settings, long)
             if changed:

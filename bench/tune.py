@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
-    EmbedCache, apply_overrides, bench_settings, index_key, is_long_question, is_traceback_question, open_or_build, question_queries, settings_embedder, write_result,
+    EmbedCache, apply_overrides, bench_settings, index_key, open_or_build, question_kind, question_queries, settings_embedder, write_result,
 )
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.quality import ROLE_WEIGHT_SETTINGS, ranking_code_digest, reranker_note, select_cases
@@ -253,8 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         reranker = load_cross_encoder(args.reranker_dir, threads=2)
         rerank_id = reranker_note(reranker)
     cases, datas, files, skipped = load_lists(args.cases, settings, embedder, cache, rerank_id, repos=args.repo, tags=args.tag)
-    long = {c["key"]: is_long_question(c["query"], settings) for c in cases}
-    traceback = {c["key"]: is_traceback_question(c["query"], settings) for c in cases}
+    asked = {c["key"]: question_kind(c["query"], settings) for c in cases}
+    long = {key: kind.long for key, kind in asked.items()}
+
+    def top_of(c: dict, w: dict[str, float], k: int) -> list[str]:
+        """Case *c*'s fused top under list weights *w* and RRF constant *k*, with its kind's votes."""
+        return fused_top(datas[c["key"]], w, k, traceback=asked[c["key"]].traceback)
 
     def blend_of(c: dict, point: tuple[int, float] | None) -> tuple[int, float]:
         """The blend case *c* gets: the grid *point* where ``--blend-for`` takes in its kind, else
@@ -291,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def fused_score(cfg):
         w, k = cfg
-        return score(cases, lambda c: files_in_order([datas[c["key"]]["paths"][x] for x in fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]])]))
+        return score(cases, lambda c: files_in_order([datas[c["key"]]["paths"][x] for x in top_of(c, w, k)]))
 
     log(f"scoring {len(configs)} fusion settings on {len(cases)} cases")
     fused = [(cfg, fused_score(cfg)) for cfg in configs]
@@ -330,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         best_fused = next(((cfg, s) for cfg, s in fused if not below_floor(s)), fused[0])
 
     doc: dict[str, Any] = {"date": date.today().isoformat(), "cases": args.cases, "n": len(cases), "long": sum(long.values()), "blend_for": args.blend_for,
-                           "traceback": sum(traceback.values()), "lists_for": args.lists_for, "skipped": len(skipped),
+                           "traceback": sum(kind.traceback for kind in asked.values()), "lists_for": args.lists_for, "skipped": len(skipped),
                            "embedder": embedder.model_id, "reranker": rerank_id, "grid": {k: list(v) for k, v in grid.items()},
                            "alone": alone, "shipped_fused": shipped_fused,
                            "top_fused": [{"list_weights": cfg[0], "rrf_k": cfg[1], **s} for cfg, s in fused[:20]]}
@@ -344,15 +348,15 @@ def main(argv: list[str] | None = None) -> int:
         # a small grid's every point also gets its final order at the shipped blends (GRID_TABLE)
         tabled = configs if len(configs) <= GRID_TABLE else []
         scored = score_missing(cases, datas, files, reranker,
-                               lambda c: {x for w, k in [*finalists, *tabled] for x in fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]])})
+                               lambda c: {x for w, k in [*finalists, *tabled] for x in top_of(c, w, k)})
         log(f"cross-encoder scored {scored} new passages")
         at_shipped_blend = []
         for w, k in tabled:
-            tops = {c["key"]: fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]]) for c in cases}
+            tops = {c["key"]: top_of(c, w, k) for c in cases}
             at_shipped_blend.append(((w, k), score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], w, *blend_of(c, None)))))
         blends = []
         for i, (w, k) in enumerate(finalists):
-            tops = {c["key"]: fused_top(datas[c["key"]], w, k, traceback=traceback[c["key"]]) for c in cases}
+            tops = {c["key"]: top_of(c, w, k) for c in cases}
             for point in ([report_blends[i]] if args.report else itertools.product(BLEND_K, BLEND_WEIGHT)):
                 s = score(cases, lambda c: final_files(datas[c["key"]], tops[c["key"]], w, *blend_of(c, point)))
                 bk, bw = point or (settings.rerank_fusion_k, settings.rerank_fusion_weight)
@@ -384,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["shipped_final"] = shipped_final
         doc["shipped_blends"] = shipped_blends
         doc["grid_at_shipped_blend"] = [{"list_weights": w, "rrf_k": k, "repo_mean": s["repo_mean"],
-                                              "per_repo_mrr": {r: v["mrr"] for r, v in s["per_repo"].items()}} for (w, k), s in at_shipped_blend]
+                                         "per_repo_mrr": {r: v["mrr"] for r, v in s["per_repo"].items()}} for (w, k), s in at_shipped_blend]
         doc["top_final"] = [{"list_weights": c[0], "rrf_k": c[1], "rerank_fusion_k": c[2], "rerank_fusion_weight": c[3], **s}
                             for c, s in blends[:20]]
     doc["chosen"] = chosen

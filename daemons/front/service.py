@@ -81,11 +81,6 @@ class _Question:
     def stage(self, name: str, t0: float, **detail: Any) -> None:
         self.stages.append(Stage(name=name, ms=round((time.perf_counter() - t0) * 1000, 2), detail=detail))
 
-    @property
-    def long(self) -> bool:
-        """Whether the final order takes a long question's blend (``pipeline.blend``)."""
-        return self.qplan.analysis is not None and self.qplan.analysis.is_long
-
 
 class Front(runtime.Service):
     name = "front"
@@ -139,7 +134,7 @@ class Front(runtime.Service):
         candidates, keyword_query, roles_missing = self._search(q)
         probs = self._rerank(q, candidates)
         threshold = q.req.settings.threshold if q.req.settings.threshold is not None else self.s.rerank_threshold
-        ordered = pipeline.order(candidates, probs, q.s, threshold, long=q.long)
+        ordered = pipeline.order(candidates, probs, q.s, threshold, long=q.qplan.long)
 
         t0 = time.perf_counter()
         texts: dict[str, str] = {}
@@ -256,7 +251,7 @@ class Front(runtime.Service):
                 probs = list(rr.scores)
                 # the final order's rank constant and cross-encoder weight, a long question's or a short one's
                 detail = {"model_id": rr.model_id, "workers": rr.workers, "cached": rr.cached, "timings_ms": rr.timings_ms,
-                          "blend": list(pipeline.blend(q.s, q.long)), **({"deadline_ms": rerank_ms} if rerank_ms is not None else {})}
+                          "blend": list(pipeline.blend(q.s, q.qplan.long)), **({"deadline_ms": rerank_ms} if rerank_ms is not None else {})}
             except ProtocolError as exc:
                 if rerank_ms is not None and exc.code == ErrorCode.TIMEOUT:
                     q.degraded.append(deadline.REFUSED_RERANK if exc.message.startswith(deadline.BUSY_PREFIX) else deadline.LATE_RERANK)

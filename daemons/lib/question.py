@@ -396,6 +396,12 @@ class QueryPlan:
         return self.analysis.paths if self.analysis is not None else mentions(self.question)
 
     @property
+    def long(self) -> bool:
+        """Whether the analysed question is long (``Analysis.is_long``): the final order gives it
+        the long blend (``pipeline.blend``)."""
+        return self.analysis is not None and self.analysis.is_long
+
+    @property
     def traceback(self) -> bool:
         """Whether the analysed question quotes a traceback (``Analysis.has_traceback``): the
         searches give it the settings' traceback list votes (``config.Settings.list_weights``)."""
