@@ -2,7 +2,8 @@
 
 Brings up watcher, chunker, embedder, searcher, reranker and front on a copy of WORKSPACE,
 waits for the full index, then asks --questions questions (commit subjects of that repository
-from ../shared/eval/commits.jsonl when --repo is given, else generic questions): first warm
+from ../shared/eval/commits.jsonl when --repo is given, or with ``--questions-from swebench`` its
+SWE-bench Lite issue texts whole, else generic questions): first warm
 (pool up), then cold (reranker idle time set to --idle seconds; each question waits until the
 pool is back at zero workers). The pair cache and the question deadline are off, so that every
 question is scored and the cold start is measured whole. Prints median and p95 per stage, and
@@ -45,10 +46,19 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def questions_for(repo: str | None, n: int) -> list[str]:
+#: ``--questions-from``: the eval file the questions of ``--repo`` come from, and whether each is
+#: cut to its first line (a commit subject) or asked whole (an issue text: a long question).
+SOURCES = {"commits": ("commits.jsonl", True), "swebench": ("swebench_lite.jsonl", False)}
+
+
+def questions_for(repo: str | None, n: int, source: str = "commits") -> list[str]:
+    """*n* questions about *repo* from the eval file of *source* (``SOURCES``), repeated as
+    needed, or generic ones without a repository or when it has none there."""
     if repo:
-        path = Path(__file__).resolve().parents[2] / "shared" / "eval" / "commits.jsonl"
-        qs = [json.loads(l)["query"].split("\n")[0] for l in path.read_text().splitlines() if json.loads(l)["repo"] == repo]
+        name, first_line = SOURCES[source]
+        path = Path(__file__).resolve().parents[2] / "shared" / "eval" / name
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        qs = [r["query"].split("\n")[0] if first_line else r["query"] for r in rows if r["repo"] == repo]
         if qs:
             return (qs * (n // len(qs) + 1))[:n]
     return (GENERIC * (n // len(GENERIC) + 1))[:n]
@@ -71,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workspace", required=True)
     ap.add_argument("--repo", default=None)
     ap.add_argument("--questions", type=int, default=30)
+    ap.add_argument("--questions-from", choices=sorted(SOURCES), default="commits",
+                    help="--repo's commit subjects, or its SWE-bench Lite issue texts (long questions)")
     ap.add_argument("--idle", type=float, default=3.0, help="reranker idle seconds for the cold run")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "latency.json"))
     ap.add_argument("--compare", action="append", default=[], metavar="NAME=VALUE",
@@ -98,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             time.sleep(1)
         client = Client(settings.endpoint("front"), sender="bench")
-        qs = questions_for(args.repo, args.questions)
+        qs = questions_for(args.repo, args.questions, args.questions_from)
 
 
         def ask(q: str, changes: dict[str, str] | None = None):

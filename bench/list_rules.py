@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         kinds = {c["key"]: question_kind(c["query"], settings) for c in cases}
         blends = {key: blend(settings, kind.long) for key, kind in kinds.items()}
         traceback = {key: kind.traceback for key, kind in kinds.items()}
+        top_n = {key: settings.rerank_top_for(kind.long, kind.traceback) for key, kind in kinds.items()}
         rules: list[tuple[str, Any]] = [("shipped", None)]
         rules += [(f"frames {o} cap {n} w {x:g}", (o, n, x)) for o, n, x in itertools.product(FRAME_ORDERS, FRAME_CAPS, FRAME_WEIGHTS)]
         rules += [(f"agree {lst}", lst) for lst in AGREE_LISTS]
@@ -119,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                 for c in cases:
                     data = datas[c["key"]]
                     lists = split_frames(data["lists"], data["paths"], frames[c["key"]], o, n)
-                    tops[c["key"]] = fused_top({**data, "lists": lists}, {**w, FRAMES: x}, settings.rrf_k, traceback=traceback[c["key"]])
+                    tops[c["key"]] = fused_top({**data, "lists": lists}, {**w, FRAMES: x}, settings.rrf_k, top_n[c["key"]], traceback[c["key"]])
             else:
-                tops = {c["key"]: fused_top(datas[c["key"]], w, settings.rrf_k, traceback=traceback[c["key"]]) for c in cases}
+                tops = {c["key"]: fused_top(datas[c["key"]], w, settings.rrf_k, top_n[c["key"]], traceback[c["key"]]) for c in cases}
             scored = score_missing(cases, datas, files, reranker, lambda c: tops[c["key"]])
             if scored:
                 log(f"  {label}: cross-encoder scored {scored} new passages")

@@ -12,15 +12,15 @@ the question is answered five ways:
   (the keyword query, query vector and cross-encoder question are the product's: ``question.plan``
   under the settings, as ``bench.common.question_queries`` makes them)
 * ``unweighted`` ``hybrid_search`` with tests and docs weighed like source and no file-ranked
-  keyword list (``file_pool=0``): fusion of the four lists as SPEC §2 states it
+  keyword list (``file_pool=0``), top 12: fusion of the four lists as SPEC §2 states it
 * ``no_file_list`` the product's fusion without the file-ranked keyword lists (role weights on)
 * ``no_mentions`` the product's fusion without the list of files the question names (``mentions``)
 * ``fused``      ``hybrid_search`` with the product's settings (20 + 20 + the file-ranked keyword
   lists: the 100 best chunks ranked by file and the whole-file BM25 list, as ``file_list``
-  says; RRF k=60, role weights, top 12): so its recall@10 is over a 12-chunk list, as the
-  product sees it; no focus files (none in the cases). ``--set file_list=chunks`` measures
+  says; RRF k=30, role weights, top 12, or 16 for a long question without a traceback): so its
+  recall@10 is over the chunk list the product reranks; no focus files (none in the cases). ``--set file_list=chunks`` measures
   either file list alone
-* ``cross_encoder`` the fused 12 rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
+* ``cross_encoder`` the fused candidates rescored by the cross-encoder (passage ``f"{path}\\n{text}"``),
   ordered by probability times role weight alone (SPEC §2 as written)
 * ``reranked``   the product's final order: fused rank and cross-encoder rank blended by
   ``pipeline.final_files`` (k and weight from the settings), as the front orders its blocks
@@ -60,16 +60,16 @@ from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resol
 from daemons.lib.fusion import fold_windows
 from daemons.lib.pipeline import blend, final_files
 from daemons.lib import fusion, roles, search
-from daemons.lib import mentions as mentions_mod, question as question_mod
+from daemons.lib import mentions as mentions_mod, question as question_mod, subjects as subjects_mod
 from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
 
 METHODS = ["bm25_file", "keyword", "vector", "unweighted", "no_file_list", "no_mentions", "fused", "cross_encoder", "reranked"]
 #: The file-role multipliers (``roles.role_weights``), in one place for this key and ``bench.tune``'s.
 ROLE_WEIGHT_SETTINGS = ("test_weight", "doc_weight", "config_weight", "vendored_weight")
-SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rrf_k", *ROLE_WEIGHT_SETTINGS, "question_copy_weight",
+SEARCH_SETTINGS = ("vector_k", "keyword_k", "rerank_top", "rerank_top_long", "rrf_k", *ROLE_WEIGHT_SETTINGS, "question_copy_weight",
                    "file_keyword_pool", "file_list",
-                   "path_mentions", "question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars",
+                   "path_mentions", "test_subjects", "question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars",
                    *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS),
                    *(f"list_weight_{name}{fusion.TRACEBACK}" for name in fusion.TRACEBACK_LIST_WEIGHTS))
 #: Settings of the final order only: derived from the cached probabilities, so not in the cache key.
@@ -85,9 +85,9 @@ def reranker_note(reranker: Any) -> str:
 
 
 def ranking_code_digest() -> str:
-    """A digest of the role, search, fusion, mention and question code: any edit to them changes
+    """A digest of the role, search, fusion, mention, test-subject and question code: any edit to them changes
     the rankings a cache holds, so it names the cache (here and in ``bench.tune``)."""
-    return hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod))).hexdigest()[:10]
+    return hashlib.sha1(b"".join(Path(m.__file__).read_bytes() for m in (roles, search, fusion, mentions_mod, question_mod, subjects_mod))).hexdigest()[:10]
 
 
 def search_key(settings: Any, rerank_note: str) -> str:
@@ -262,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
                 ranked["vector"] = files_in_order(fold_windows(search._vector_search(store, vec, 50), limit=50))
                 product = question_params(settings, plan)
                 # the ablations: no list weights, copy weight or named files unless they say so
-                bare = replace(product, mentioned=(), list_weights=None, copy_weight=1.0)
-                ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, replace(bare, file_pool=0, role_weights=None)).candidates)
+                bare = replace(product, mentioned=(), test_subjects=False, list_weights=None, copy_weight=1.0)
+                # SPEC §2's four lists, and its 12 candidates whatever the question's length
+                ranked["unweighted"] = files_in_order(hybrid_search(store, kw, vec, None, replace(bare, file_pool=0, role_weights=None,
+                                                                                                   top_n=settings.rerank_top)).candidates)
                 ranked["no_file_list"] = files_in_order(hybrid_search(store, kw, vec, None, replace(bare, file_pool=0)).candidates)
                 ranked["no_mentions"] = files_in_order(hybrid_search(store, kw, vec, None, bare).candidates)
                 res = hybrid_search(store, kw, vec, None, product)

@@ -42,7 +42,7 @@ from bench.quality import ROLE_WEIGHT_SETTINGS, ranking_code_digest, reranker_no
 from daemons.lib import pipeline
 from bench.repos import DEFAULT_CACHE
 from daemons.lib import fusion
-from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, TRACEBACK, TRACEBACK_LIST_WEIGHTS, VECTOR, kind_weights, weighted_fuse
+from daemons.lib.fusion import FILE_BM25, FILE_KEYWORD, KEYWORD, MENTIONED, TESTED, TRACEBACK, TRACEBACK_LIST_WEIGHTS, VECTOR, kind_weights, weighted_fuse
 from daemons.lib.roles import file_role
 from daemons.lib.search import hybrid_search, question_params
 from models.cross_encoder import rerank_passage
@@ -55,14 +55,15 @@ GRID: dict[str, tuple[float, ...]] = {
     FILE_KEYWORD: (0.0, 0.5, 1.0, 2.0),
     FILE_BM25: (0.0, 0.5, 1.0, 2.0),
     MENTIONED: (0.5, 1.0, 2.0),
+    TESTED: (fusion.LIST_WEIGHTS[TESTED],),  # the list is off unless --set test_subjects=true
     "rrf_k": (10, 30, 60),
 }
 #: Stage 2: test, doc and config multipliers tried on the best ROLE_FINALISTS list settings.
 ROLE_GRID: dict[str, tuple[float, ...]] = {"test": (0.1, 0.25, 0.5, 1.0), "doc": (0.1, 0.25, 0.5, 1.0), "config": (0.25, 0.5, 1.0)}
 ROLE_FINALISTS = 10
-#: Settings a run can be given (``--set``); the first five (the question's) and the role weights name the cache.
-SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", "rrf_k", "file_keyword_pool", "test_weight",
-            "doc_weight", "config_weight", "rerank_fusion_k", "rerank_fusion_weight", "rerank_fusion_k_long", "rerank_fusion_weight_long",
+#: Settings a run can be given (``--set``); the first six (the question's and the lists') and the role weights name the cache.
+SETTINGS = ("question_analysis", "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", "test_subjects", "rrf_k", "file_keyword_pool", "test_weight",
+            "doc_weight", "config_weight", "rerank_fusion_k", "rerank_fusion_weight", "rerank_fusion_k_long", "rerank_fusion_weight_long", "rerank_top", "rerank_top_long",
             *(f"list_weight_{name}" for name in fusion.LIST_WEIGHTS), *(f"list_weight_{name}{TRACEBACK}" for name in TRACEBACK_LIST_WEIGHTS))
 #: Whose probabilities the case files held before they were kept per cross-encoder.
 LEGACY_PROBS = "wsctx-minilm-l6-code-ce@2 (model sha256 f1b2a5354dc1)"
@@ -74,7 +75,6 @@ BLEND_FOR = ("all", "long", "short")
 #: ``list_weight_<name>_traceback``, the others keeping the settings').
 LISTS_FOR = ("all", "traceback")
 BLEND_WEIGHT = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 100.0)
-TOP_N = 12
 #: A grid of at most this many points is also tabled point by point at the shipped blends.
 GRID_TABLE = 64
 
@@ -102,8 +102,8 @@ def load_lists(which: str, settings: Any, embedder: Any, cache: Path, rerank_id:
     emb_cache = EmbedCache(cache / "embcache", embedder.model_id, embedder.dim)
     code = ranking_code_digest()
     key = hashlib.sha1(json.dumps([{k: getattr(settings, k) for k in ("vector_k", "keyword_k", "rrf_k", *ROLE_WEIGHT_SETTINGS,
-                                    "file_keyword_pool", "file_list", "path_mentions",
-                                    *SETTINGS[:5])}, code]).encode()).hexdigest()[:10]
+                                    "file_keyword_pool", "file_list", "path_mentions", "test_subjects",
+                                    *SETTINGS[:6])}, code]).encode()).hexdigest()[:10]
     groups, skipped = select_cases(which, cache, repos=repos, tags=tags)
     cases: list[dict] = []
     datas: dict[str, dict[str, Any]] = {}
@@ -120,6 +120,7 @@ def load_lists(which: str, settings: Any, embedder: Any, cache: Path, rerank_id:
                 data = json.loads(f.read_text())
             else:
                 data = case_lists(store, embedder, c["query"], settings)
+                data["probs_by_model"] = earlier_probs(folder, f.name, data["rerank_query"])
                 f.write_text(json.dumps(data))
             data["kinds"] = {x: file_role(data["paths"][x]) for x, w in data["roles"].items() if w < 1.0}
             # probabilities are kept per cross-encoder; those written before were the shipped version 2's
@@ -132,6 +133,25 @@ def load_lists(which: str, settings: Any, embedder: Any, cache: Path, rerank_id:
             cases.append(c)
         log(f"  {name}-{version}: {len(items)} cases ({time.perf_counter() - t0:.0f} s so far)")
     return cases, datas, files, skipped
+
+
+def earlier_probs(folder: Path, name: str, rerank_query: str) -> dict[str, dict[str, float]]:
+    """The cross-encoder probabilities a case's file *name* holds in the other cache folders of
+    its index (*folder*'s siblings: other settings or ranking code), where they were scored for the
+    same *rerank_query*. A chunk id names the same text within one index, so a probability
+    carries over; each model's are merged, the newest folder's last."""
+    out: dict[str, dict[str, float]] = {}
+    for other in sorted(folder.parent.glob(f"*/{name}"), key=lambda p: p.stat().st_mtime):
+        if other.parent == folder:
+            continue
+        try:
+            data = json.loads(other.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("rerank_query") == rerank_query:
+            for model, probs in data.get("probs_by_model", {}).items():
+                out.setdefault(model, {}).update(probs)
+    return out
 
 
 def score_missing(cases: list[dict], datas: dict[str, dict[str, Any]], files: dict[str, Path], reranker: Any,
@@ -167,7 +187,7 @@ def role_weight_of(data: dict[str, Any], weights: dict[str, float]):
     return role_weight
 
 
-def fused_top(data: dict[str, Any], weights: dict[str, float], rrf_k: int, top_n: int = TOP_N, traceback: bool = False) -> list[str]:
+def fused_top(data: dict[str, Any], weights: dict[str, float], rrf_k: int, top_n: int = fusion.RERANK_TOP, traceback: bool = False) -> list[str]:
     """The product's fused top *top_n* chunk ids under list *weights* and *rrf_k*, for a question
     quoting a traceback (*traceback*: its ``<name>_traceback`` votes, ``fusion.kind_weights``) or
     not; *weights* may also hold ``test``, ``doc`` and ``config`` role multipliers (else the
@@ -257,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     long = {key: kind.long for key, kind in asked.items()}
 
     def top_of(c: dict, w: dict[str, float], k: int) -> list[str]:
-        """Case *c*'s fused top under list weights *w* and RRF constant *k*, with its kind's votes."""
-        return fused_top(datas[c["key"]], w, k, traceback=asked[c["key"]].traceback)
+        """Case *c*'s fused top under list weights *w* and RRF constant *k*, with its kind's votes and length."""
+        kind = asked[c["key"]]
+        return fused_top(datas[c["key"]], w, k, top_n=settings.rerank_top_for(kind.long, kind.traceback), traceback=kind.traceback)
 
     def blend_of(c: dict, point: tuple[int, float] | None) -> tuple[int, float]:
         """The blend case *c* gets: the grid *point* where ``--blend-for`` takes in its kind, else

@@ -447,7 +447,7 @@ def test_real_daemons_fuse_both_file_ranked_lists(stack):
 
 @pytest.mark.timeout(120)
 def test_a_file_named_in_a_traceback_is_answered_and_the_context_line_says_so(stack):
-    """A file the question names by an absolute traceback path is answered, below the threshold too, and the context line names it; the rerank stage gives the long question's blend and the search stage its traceback list votes."""
+    """A file the question names by an absolute traceback path is answered, below the threshold too, and the context line names it; the rerank stage gives the long question's blend and the search stage its traceback list votes and 12 candidates, where a long question without a traceback gets 16."""
     reply = stack.ask('this crashes on startup:\n  File "/srv/app/config_parser.py", line 12, in load\nKeyError: port')
     named = [b for b in code_blocks(reply) if b.path == "config_parser.py"]
     assert named, reply.context_line
@@ -460,6 +460,10 @@ def test_a_file_named_in_a_traceback_is_answered_and_the_context_line_says_so(st
     votes = next(s for s in reply.stages if s.name == "search").detail["list_weights"]
     plain = next(s for s in short.stages if s.name == "search").detail["list_weights"]
     assert (votes["file_keyword"], votes["file_bm25"]) == (0.25, 0.5) and (plain["file_keyword"], plain["file_bm25"]) == (1.0, 1.0)
+    # a long question quoting no traceback may take more candidates to the cross-encoder; these two may not
+    issue = stack.ask("Parsing the config file fails when a port is given.\n```python\nload('app.toml')\n```")
+    tops = [next(s for s in r.stages if s.name == "search").detail["rerank_top"] for r in (issue, reply, short)]
+    assert tops == [16, 12, 12]
 
 
 @pytest.mark.timeout(120)

@@ -1,5 +1,7 @@
 """Tests for daemons.lib.fusion (SPEC §1 Windows, §2 Four searches, Fusion and the cross-encoder's order)."""
 
+import json
+
 import pytest
 
 from daemons.lib.fusion import (
@@ -216,6 +218,26 @@ def test_a_traceback_question_gets_the_traceback_votes_of_the_file_lists_and_no_
     assert not off.traceback
 
 
+def test_a_long_question_without_a_traceback_goes_to_the_cross_encoder_with_more_candidates() -> None:
+    """A long question that quotes no traceback is searched for ``rerank_top_long`` candidates (``Settings.rerank_top_for``); a long one quoting a traceback, a short one, and any question with the analysis off for ``rerank_top``."""
+    from daemons.lib.config import Settings
+    from daemons.lib.fusion import RERANK_TOP, RERANK_TOP_LONG
+    from daemons.lib.question import plan_for
+    from daemons.lib.search import question_params
+
+    s = Settings()
+    assert (s.rerank_top, s.rerank_top_long) == (RERANK_TOP, RERANK_TOP_LONG) and RERANK_TOP_LONG > RERANK_TOP
+    issue = "Saving a dataset after resampling loses its attributes.\n```python\nds = open_dataset(path)\nds.resample(time='1D').mean().to_netcdf(out)\n```"
+    trace = 'it fails:\nTraceback (most recent call last):\n  File "app/config.py", line 3, in load\nKeyError: port'
+    short = "how is the config file parsed?"
+    assert (s.rerank_top_for(True, False), s.rerank_top_for(True, True), s.rerank_top_for(False, False)) == (RERANK_TOP_LONG, RERANK_TOP, RERANK_TOP)
+    assert [question_params(s, plan_for(q, s)).top_n for q in (issue, trace, short)] == [RERANK_TOP_LONG, RERANK_TOP, RERANK_TOP]
+    narrow = Settings(rerank_top=5, rerank_top_long=7)
+    assert [question_params(narrow, plan_for(q, narrow)).top_n for q in (issue, short)] == [7, 5]
+    off = Settings(question_analysis=False)
+    assert question_params(off, plan_for(issue, off)).top_n == RERANK_TOP
+
+
 def test_the_tuner_grid_takes_the_values_given_for_one_list_and_names_a_bad_one() -> None:
     """``bench.tune --grid NAME=V1,V2`` replaces that setting's values only, every fused list is on the grid, and an unknown name or a non-number is refused."""
     from bench.tune import GRID, grid_with
@@ -287,3 +309,20 @@ def test_the_error_names_benchmark_finds_the_files_defining_what_an_error_line_c
     assert row["defined"] == ["pkg/rst.py"] and row["counts"]["gold_defined_unframed"] == 1
     framed = judge({"id": "c", "repo": "r", "query": question, "gold_files": ["pkg/use.py"]}, files)
     assert framed["counts"]["gold_defined"] == 0 and framed["counts"]["defined"] == 1
+
+
+def test_the_tuner_carries_cross_encoder_probabilities_over_from_its_other_cache_folders(tmp_path) -> None:
+    """``bench.tune.earlier_probs`` takes a case's probabilities from the same file in the index's other folders when the cross-encoder question is the same, each model's merged, and none from the folder itself or for another question."""
+    from bench.tune import earlier_probs
+
+    def write(folder: str, query: str, probs: dict) -> None:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / "case.json").write_text(json.dumps({"rerank_query": query, "probs_by_model": probs}))
+
+    write("old", "why does retry loop?", {"ce@4": {"a": 0.5}, "ce@2": {"a": 0.1}})
+    write("older", "why does retry loop?", {"ce@4": {"b": 0.25}})
+    write("other", "another question", {"ce@4": {"c": 0.9}})
+    write("new", "why does retry loop?", {"ce@4": {"d": 0.7}})
+    got = earlier_probs(tmp_path / "new", "case.json", "why does retry loop?")
+    assert got == {"ce@4": {"a": 0.5, "b": 0.25}, "ce@2": {"a": 0.1}}
+    assert earlier_probs(tmp_path / "new", "missing.json", "why does retry loop?") == {}

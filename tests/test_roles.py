@@ -1,6 +1,8 @@
 """File roles and their fusion weights: tests, docs, config and vendored code count less unless the question asks for them."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -105,17 +107,19 @@ def test_hybrid_search_puts_source_above_a_test_that_repeats_its_names(tmp_path)
     for k in range(4):
         store.replace_file(f"src/other{k}.py", [index_row(f"src/other{k}.py", 0, f"unrelated{k} words", rng.standard_normal(DIM))])
 
-    unweighted = hybrid_search(store, "retry backoff", q)
+    # without the test's subject as a list of its own (subjects.py, off by default), which would lift src/retry.py too
+    plain = SearchParams(test_subjects=False)
+    unweighted = hybrid_search(store, "retry backoff", q, params=plain)
     assert [c["path"] for c in unweighted.candidates[:2]] == ["tests/test_retry.py", "src/retry.py"]
     assert all(c["weight"] == 1.0 for c in unweighted.candidates)
 
-    weighted = hybrid_search(store, "retry backoff", q, params=SearchParams(role_weights=role_weights("where is the retry backoff?", 0.5, 0.5)))
+    weighted = hybrid_search(store, "retry backoff", q, params=replace(plain, role_weights=role_weights("where is the retry backoff?", 0.5, 0.5)))
     assert [c["path"] for c in weighted.candidates[:2]] == ["src/retry.py", "tests/test_retry.py"]
     test_hit = weighted.candidates[1]
     assert test_hit["weight"] == 0.5
     assert test_hit["fused_score"] == pytest.approx(0.5 * sum(1 / (RRF_K + r) for r in test_hit["ranks"].values()))
 
-    asked = hybrid_search(store, "retry backoff", q, params=SearchParams(role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5)))
+    asked = hybrid_search(store, "retry backoff", q, params=replace(plain, role_weights=role_weights("how is retry backoff tested?", 0.5, 0.5)))
     assert asked.candidates[0]["path"] == "tests/test_retry.py"
 
 

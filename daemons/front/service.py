@@ -222,12 +222,10 @@ class Front(runtime.Service):
             self.log.warning("searcher_unavailable", error=exc.message)
             candidates, keyword_query = self._local_search(q.wid, q.qplan, q.focus, s)
             q.degraded.append(DEGRADED_SEARCHER_DOWN)
-            q.stage("search", t0, candidates=len(candidates), list_weights=s.list_weights(traceback=q.qplan.traceback))
+            q.stage("search", t0, candidates=len(candidates), **_search_detail(q))
             return candidates, keyword_query, []
         q.degraded += sr.degraded
-        # the lists' votes this question got: a traceback question's own for the file-ranked lists
-        q.stage("search", t0, candidates=len(sr.candidates), timings_ms=sr.timings_ms,
-                list_weights=s.list_weights(traceback=q.qplan.traceback), **sr.index)
+        q.stage("search", t0, candidates=len(sr.candidates), timings_ms=sr.timings_ms, **_search_detail(q), **sr.index)
         return sr.candidates, sr.keyword_query, list(sr.index.get("roles_missing") or [])
 
     def _rerank(self, q: _Question, candidates: list[Candidate]) -> list[float] | None:
@@ -413,6 +411,14 @@ class Front(runtime.Service):
         sock.close(0)
         control.join(timeout=2)
         self.log.info("stopped")
+
+
+def _search_detail(q: _Question) -> dict[str, Any]:
+    """What the search stage says of the question's own ranking: each list's vote (a traceback
+    question's own for the file-ranked lists) and how many candidates it may take to the
+    cross-encoder (a long question's more)."""
+    s = q.s
+    return {"list_weights": s.list_weights(traceback=q.qplan.traceback), "rerank_top": s.rerank_top_for(q.qplan.long, q.qplan.traceback)}
 
 
 def main() -> None:

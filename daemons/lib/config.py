@@ -21,9 +21,9 @@ from typing import Any, get_type_hints
 from daemons.lib.assembly import BUDGET_CHARS, MAX_BLOCK_CHARS, NEAR_MISS_COUNT, RERANK_THRESHOLD, SNIPPET_COUNT
 from daemons.lib.chunking import DEFAULT_SETTINGS as CHUNK_DEFAULTS
 from daemons.lib.fusion import (
-    BOTH, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FOCUS_K, KEYWORD, KEYWORD_K, LIST_WEIGHTS, MENTIONED,
+    BOTH, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FOCUS_K, KEYWORD, KEYWORD_K, LIST_WEIGHTS, MENTIONED, TESTED,
     TRACEBACK, TRACEBACK_LIST_WEIGHTS, kind_weights,
-    RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RERANK_TOP, RRF_K, VECTOR, VECTOR_K,
+    RERANK_FUSION_K, RERANK_FUSION_WEIGHT, RERANK_TOP, RERANK_TOP_LONG, RRF_K, VECTOR, VECTOR_K,
 )
 from daemons.lib.widening import IMPORTS_MAX_CHARS, WIDEN_MAX_CHARS
 from daemons.lib.pipeline import RERANK_FUSION_K_LONG, RERANK_FUSION_WEIGHT_LONG
@@ -172,6 +172,9 @@ class Search:
     file_list: str = BOTH
     # the files the question names (paths, dotted modules) fused as one more list (mentions.py)
     path_mentions: bool = True
+    # the source files that the tests the searches found test, fused as one more list (subjects.py;
+    # measured on the validation cases and not adopted: README "Measured and not adopted")
+    test_subjects: bool = False
     # "tuned": the ranking settings below as chosen on the validation cases; "spec": SPEC §2's
     # ranking exactly (SPEC_RANKING overrides them: four lists at RRF k=60, no role weights, the
     # whole question for every search, files in cross-encoder probability order)
@@ -193,6 +196,7 @@ class Search:
     list_weight_file_keyword: float = LIST_WEIGHTS[FILE_KEYWORD]
     list_weight_file_bm25: float = LIST_WEIGHTS[FILE_BM25]
     list_weight_mentioned: float = LIST_WEIGHTS[MENTIONED]
+    list_weight_tested: float = LIST_WEIGHTS[TESTED]
     # the two file-ranked keyword lists' votes for a question quoting a traceback (fusion.TRACEBACK_LIST_WEIGHTS)
     list_weight_file_keyword_traceback: float = TRACEBACK_LIST_WEIGHTS[FILE_KEYWORD]
     list_weight_file_bm25_traceback: float = TRACEBACK_LIST_WEIGHTS[FILE_BM25]
@@ -204,6 +208,8 @@ class Search:
     # RRF multiplier for a chunk holding the question itself as a string literal (echoes.py)
     question_copy_weight: float = QUESTION_COPY_WEIGHT
     rerank_top: int = RERANK_TOP
+    # fused candidates reranked for a long question that quotes no traceback (fusion.RERANK_TOP_LONG)
+    rerank_top_long: int = RERANK_TOP_LONG
     embed_timeout_ms: int = 1500
 
 
@@ -279,6 +285,11 @@ class Settings(Network, Assembly, Reranking, Search, Runtime, Embedding, IndexSh
         traceback's (*traceback*) or any other's."""
         return {name: w for name, w in kind_weights(self.kind_list_weights(), traceback).items() if name in LIST_WEIGHTS}
 
+    def rerank_top_for(self, long: bool, traceback: bool) -> int:
+        """How many fused candidates a question goes on to the cross-encoder with:
+        ``rerank_top_long`` for a *long* question that quotes no *traceback*, else ``rerank_top``."""
+        return self.rerank_top_long if long and not traceback else self.rerank_top
+
     def kind_list_weights(self) -> dict[str, float]:
         """Each list's vote, and each ``<name>_traceback`` vote (``fusion.kind_weights`` picks)."""
         return {**{name: float(getattr(self, f"list_weight_{name}")) for name in LIST_WEIGHTS},
@@ -292,7 +303,7 @@ class Settings(Network, Assembly, Reranking, Search, Runtime, Embedding, IndexSh
 #: What ``ranking = "spec"`` sets: SPEC §2's ranking (a blend weight far above 1 orders files by
 #: cross-encoder probability alone, fusion.rerank_order).
 SPEC_RANKING: dict[str, Any] = {
-    "rrf_k": 60, "file_keyword_pool": 0, "path_mentions": False, "question_analysis": False,
+    "rrf_k": 60, "file_keyword_pool": 0, "path_mentions": False, "test_subjects": False, "question_analysis": False,
     "test_weight": 1.0, "doc_weight": 1.0, "config_weight": 1.0, "vendored_weight": 1.0, "question_copy_weight": 1.0,
     "rerank_fusion_weight": 1000.0, "rerank_fusion_weight_long": 1000.0,
     **{f"list_weight_{name}": 1.0 for name in LIST_WEIGHTS},
@@ -317,7 +328,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "rerank_threshold": (0.0, 1.0), "test_weight": (0.0, 1.0), "doc_weight": (0.0, 1.0), "config_weight": (0.0, 1.0),
     "vendored_weight": (0.0, 1.0), "question_copy_weight": (0.0, 1.0), "rerank_fusion_weight": (0.0, None), "rerank_fusion_weight_long": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
     "vector_k": (1, None), "keyword_k": (1, None), "focus_k": (0, None), "focus_files": (0, None), "rrf_k": (1, None),
-    "rerank_top": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
+    "rerank_top": (1, None), "rerank_top_long": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
     "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None),
     "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None), "embed_batch_tokens": (0, None),
     "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "malloc_arenas": (0, None), "malloc_mmap_threshold_kb": (0, 32768), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None), "rerank_fusion_k_long": (0, None),
@@ -473,10 +484,10 @@ def _check_values(values: Mapping[str, Any], sources: Mapping[str, str]) -> None
 #: --set``, ``wsctx eval --set``): how candidates are found, fused and ordered. Nothing that shapes
 #: the index, names a file or endpoint, or sizes a daemon.
 QUESTION_SETTINGS = (
-    "ranking", "vector_k", "keyword_k", "rrf_k", "file_keyword_pool", "file_list", "path_mentions", "question_analysis",
+    "ranking", "vector_k", "keyword_k", "rrf_k", "file_keyword_pool", "file_list", "path_mentions", "test_subjects", "question_analysis",
     "keyword_max_terms", "dense_query", "dense_windows", "rerank_query_chars", *(f"list_weight_{name}" for name in LIST_WEIGHTS),
     *(f"list_weight_{name}{TRACEBACK}" for name in TRACEBACK_LIST_WEIGHTS),
-    "test_weight", "doc_weight", "config_weight", "vendored_weight", "question_copy_weight", "rerank_top", "rerank_fusion_k", "rerank_fusion_weight",
+    "test_weight", "doc_weight", "config_weight", "vendored_weight", "question_copy_weight", "rerank_top", "rerank_top_long", "rerank_fusion_k", "rerank_fusion_weight",
     "rerank_fusion_k_long", "rerank_fusion_weight_long",
 )
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
-__all__ = ["MAX_AMBIGUOUS", "MENTIONED_MAX", "PathIndex", "mentions", "path_index"]
+__all__ = ["MAX_AMBIGUOUS", "MENTIONED_MAX", "PathIndex", "best_matches", "first_paths", "mentions", "path_index", "per_path_set"]
 
 #: A mention matching more files than this (at its best match length) is ignored as ambiguous.
 MAX_AMBIGUOUS = 3
@@ -106,7 +107,7 @@ class PathIndex:
             n = _suffix_len(parts, cand)
             if n == len(parts) or n == len(cand):  # one is a suffix of the other
                 scored.append((n, "/".join(cand)))
-        return _best(scored)
+        return best_matches(scored)
 
     def _resolve_module(self, module: list[str]) -> list[str]:
         scored = []
@@ -114,21 +115,28 @@ class PathIndex:
             n = _suffix_len(module, cand)
             if n == len(module):  # the dotted name is the end of the module path (src/ layouts)
                 scored.append((n, path))
-        return _best(scored)
+        return best_matches(scored)
 
     def named_files(self, found: Iterable[str], limit: int = MENTIONED_MAX) -> list[str]:
         """The files the mentions name, in order of first mention, deduplicated, at most *limit*."""
-        out: list[str] = []
-        for mention in found:
-            for path in self.resolve(mention):
-                if path not in out:
-                    out.append(path)
-                    if len(out) >= limit:
-                        return out
-        return out
+        return first_paths((self.resolve(mention) for mention in found), limit)
 
 
-def _best(scored: list[tuple[int, str]]) -> list[str]:
+def first_paths(groups: Iterable[Iterable[str]], limit: int) -> list[str]:
+    """The paths of each group in turn, deduplicated, at most *limit*."""
+    out: list[str] = []
+    for group in groups:
+        for path in group:
+            if path not in out:
+                out.append(path)
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def best_matches(scored: list[tuple[int, str]]) -> list[str]:
+    """The paths of the highest score in *scored* (score, path) pairs, sorted; none when more than
+    ``MAX_AMBIGUOUS`` tie."""
     if not scored:
         return []
     top = max(n for n, _ in scored)
@@ -136,15 +144,24 @@ def _best(scored: list[tuple[int, str]]) -> list[str]:
     return best if len(best) <= MAX_AMBIGUOUS else []
 
 
-_INDEXES: dict[int, tuple[frozenset[str], PathIndex]] = {}
+T = TypeVar("T")
 
 
-def path_index(paths: frozenset[str]) -> PathIndex:
-    """A ``PathIndex`` of *paths*, built once per path set (``IndexStore.paths`` returns the same
-    frozenset until the table changes)."""
-    hit = _INDEXES.get(id(paths))
-    if hit is None or hit[0] is not paths:
-        if len(_INDEXES) >= 16:
-            _INDEXES.clear()
-        hit = _INDEXES[id(paths)] = (paths, PathIndex(paths))
-    return hit[1]
+def per_path_set(build: Callable[[frozenset[str]], T]) -> Callable[[frozenset[str]], T]:
+    """*build* of a path set, built once per path set (``IndexStore.paths`` returns the same
+    frozenset until the table changes); at most 16 kept."""
+    built: dict[int, tuple[frozenset[str], T]] = {}
+
+    def of(paths: frozenset[str]) -> T:
+        hit = built.get(id(paths))
+        if hit is None or hit[0] is not paths:
+            if len(built) >= 16:
+                built.clear()
+            hit = built[id(paths)] = (paths, build(paths))
+        return hit[1]
+
+    return of
+
+
+#: A ``PathIndex`` of a path set, built once per path set.
+path_index: Callable[[frozenset[str]], PathIndex] = per_path_set(PathIndex)

@@ -36,11 +36,12 @@ import numpy as np
 
 from daemons.lib.fusion import (
     BOTH, CHUNKS, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FILES, FOCUS_K, FOCUS_KEYWORD, FOCUS_VECTOR, KEYWORD, KEYWORD_K,
-    MENTIONED, RERANK_TOP, RRF_K, VECTOR, VECTOR_K, file_keyword_list, fold_windows, weighted_fuse,
+    MENTIONED, RERANK_TOP, RRF_K, TESTED, VECTOR, VECTOR_K, file_keyword_list, fold_windows, weighted_fuse,
 )
 from daemons.lib.mentions import path_index
 from daemons.lib import echoes
 from daemons.lib.roles import role_weights, weight_of
+from daemons.lib.subjects import subject_index
 from daemons.lib.store import IndexStore
 from protocol.schema import Candidate
 
@@ -67,7 +68,7 @@ class SearchParams:
 
     ``file_pool`` 0 leaves the file lists out (the four lists of SPEC §2 alone); ``file_list``
     picks them (``fusion.FILE_LISTS``); ``mentioned`` is the question's path-like tokens
-    (``mentions.mentions``); ``role_weights`` the multiplier of each file role
+    (``mentions.mentions``); ``test_subjects`` adds the ``tested`` list (``subjects``); ``role_weights`` the multiplier of each file role
     (``roles.role_weights``); ``list_weights`` each list's vote by name (``fusion.rrf``; a list not
     named counts 1.0); a chunk that quotes the question (``echoes.quotes_question`` with
     ``copy_key``) has its weight multiplied by ``copy_weight``.
@@ -81,6 +82,7 @@ class SearchParams:
     file_pool: int = FILE_KEYWORD_POOL
     file_list: str = BOTH
     mentioned: Sequence[str] = ()
+    test_subjects: bool = False
     role_weights: Mapping[str, float] | None = None
     list_weights: Mapping[str, float] | None = None
     copy_key: str = ""
@@ -93,11 +95,13 @@ class SearchParams:
 
 def question_params(s: Settings, qplan: QueryPlan) -> SearchParams:
     """The product's parameters for one question's plan under settings ``s`` (the daemons' own, or
-    with the question's overrides): list sizes, fusion, its named files, role weights, list weights
-    (a traceback question's own, ``QueryPlan.traceback``) and copy key."""
+    with the question's overrides): list sizes (a long question's candidates,
+    ``Settings.rerank_top_for``), fusion, its named files, role weights, list weights (a traceback question's own,
+    ``QueryPlan.traceback``) and copy key."""
     return SearchParams(
-        vector_k=s.vector_k, keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top, rrf_k=s.rrf_k,
+        vector_k=s.vector_k, keyword_k=s.keyword_k, focus_k=s.focus_k, top_n=s.rerank_top_for(qplan.long, qplan.traceback), rrf_k=s.rrf_k,
         file_pool=s.file_keyword_pool, file_list=s.file_list, mentioned=tuple(qplan.mentions) if s.path_mentions else (),
+        test_subjects=s.test_subjects,
         role_weights=role_weights(qplan.role_text, s.test_weight, s.doc_weight, s.config_weight, s.vendored_weight),
         list_weights=s.list_weights(traceback=qplan.traceback), copy_key=echoes.copy_key(qplan.question), copy_weight=s.question_copy_weight,
     )
@@ -136,7 +140,7 @@ def hybrid_search(
     for name, fut in jobs.items():
         results[name], ms = fut.result()
         timings[name] = round(ms, 2)
-    lists, rows_by_chunk = _ranked_lists(store, results, named, p)
+    lists, rows_by_chunk = _ranked_lists(store, results, named, p, timings)
 
     role: dict[str, float] = {}
     copies: set[str] = set()
@@ -165,15 +169,15 @@ def hybrid_search(
 
 
 def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | None], named: list[str],
-                  p: SearchParams) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+                  p: SearchParams, timings: dict[str, float]) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
     """The searches' rows as ranked lists of chunk ids (the file-ranked lists built from them), and
-    each listed chunk's row."""
+    each listed chunk's row; the ``tested`` list's time goes into *timings*."""
     vector_k, keyword_k, focus_k, file_pool, file_list = p.vector_k, p.keyword_k, p.focus_k, p.file_pool, p.file_list
     rows_by_chunk: dict[str, dict[str, Any]] = {}
     lists: dict[str, list[str]] = {}
     pool = (results.get(KEYWORD) or [])[:file_pool]
     vector_rows = fold_windows(results[VECTOR], limit=vector_k) if VECTOR in results else []
-    file_rows = results.pop(FILE_BM25, None)
+    file_rows = whole_file_rows = results.pop(FILE_BM25, None)
     file_lists: dict[str, list[dict[str, Any]]] = {}
     if file_rows is not None:
         # weighed by role before the cut, so tests and docs that repeat the question's words do not fill the list
@@ -181,8 +185,16 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
         file_lists[FILE_BM25] = representatives(file_rows[:keyword_k], pool, vector_rows)
     if file_pool > 0 and KEYWORD in results and file_list != FILES:
         file_lists[FILE_KEYWORD] = file_keyword_list(pool, limit=keyword_k)
-    if named:
-        file_lists[MENTIONED] = representatives(_first_rows(store, named, pool, vector_rows), pool, vector_rows)
+    tested: list[str] = []
+    if p.test_subjects:
+        t0 = time.perf_counter()
+        tested = subject_index(store.paths()).tested_files(_test_hits(vector_rows, pool[:keyword_k], whole_file_rows or []))
+        timings[TESTED] = round((time.perf_counter() - t0) * 1000, 2)
+    if named or tested:
+        first = {r["path"]: r for r in _first_rows(store, list(dict.fromkeys([*named, *tested])), pool, vector_rows)}
+        for name, files in ((MENTIONED, named), (TESTED, tested)):
+            if files:
+                file_lists[name] = representatives([first[f] for f in files if f in first], pool, vector_rows)
     for name, rows in file_lists.items():
         lists[name] = [r["chunk_id"] for r in rows]
         for r in rows:
@@ -198,6 +210,15 @@ def _ranked_lists(store: IndexStore, results: dict[str, list[dict[str, Any]] | N
         for r in rows:
             rows_by_chunk.setdefault(r["chunk_id"], r)
     return lists, rows_by_chunk
+
+
+def _test_hits(*ranked: list[dict[str, Any]]) -> list[str]:
+    """The paths of *ranked* row lists interleaved rank by rank (each list's first row, then each
+    one's second ...), for ``subjects.SubjectIndex.tested_files`` to pick the tests from."""
+    out: list[str] = []
+    for i in range(max((len(rows) for rows in ranked), default=0)):
+        out.extend(rows[i]["path"] for rows in ranked if i < len(rows))
+    return out
 
 
 def _submit(store: IndexStore, keyword_query: str, query_vector: np.ndarray | None, focus_paths: list[str] | None,
