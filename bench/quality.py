@@ -54,6 +54,7 @@ from bench.common import (
     EmbedCache, apply_overrides, WholeFileBM25, bench_settings, index_key, is_test_file, open_or_build, question_kind, question_queries,
     robustness, robustness_table, settings_embedder, workspace_files, write_result,
 )
+from daemons.lib.config import RANKINGS, TUNED, with_overrides
 from daemons.lib.metrics import METRIC_NAMES, file_metrics, files_in_order, mean_metrics
 from bench.validation import LONG_LIMIT, SUFFIXES, traceback_cases, validation_cases, validation_tree, vendored_cases
 from bench.repos import CASE_FILES, DEFAULT_CACHE, PYPI_NAMES, load_cases, resolve_gold, tree_for_case
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", action="append", help="only cases whose nearest_tag is this (e.g. v3.3.1); repeatable")
     ap.add_argument("--limit", type=int, default=0, help="at most N cases per case set (after --repo)")
     ap.add_argument("--embedder", default=None, help="embedding model artifact name (default: the product's setting)")
+    ap.add_argument("--ranking", choices=RANKINGS, default=TUNED,
+                    help="the ranking preset, applied before --set: spec measures the product with `ranking = \"spec\"` (SPEC §2 exactly)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a search or final-order setting (e.g. file_list=chunks); repeatable")
     ap.add_argument("--no-rerank", action="store_true")
     ap.add_argument("--reranker-dir", default=None)
@@ -212,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cache = Path(args.cache).expanduser()
 
-    settings = bench_settings()
+    settings = with_overrides(bench_settings(), {"ranking": args.ranking})
     if args.embedder:
         settings.embedder_model = args.embedder
     problem = apply_overrides(settings, args.set, (*SEARCH_SETTINGS, *ORDER_SETTINGS))
