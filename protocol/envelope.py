@@ -26,7 +26,21 @@ MARKER = b"WSCTX"
 PROTOCOL_VERSION = "1.0"
 PROTOCOL_MAJOR = 1
 #: A whole message larger than this is refused with ``bad_message`` (sockets also cap frames).
-MAX_MESSAGE_BYTES = int(os.environ.get("WSCTX_MAX_MESSAGE_BYTES", 16 * 1024 * 1024))
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+def _message_cap(raw: str | None) -> int:
+    """The cap ``WSCTX_MAX_MESSAGE_BYTES`` sets; the default for a value that is not a positive
+    whole number (``config.load_settings`` then refuses the variable by name, so a daemon never
+    starts on it)."""
+    try:
+        value = int(raw) if raw is not None else DEFAULT_MAX_MESSAGE_BYTES
+    except ValueError:
+        return DEFAULT_MAX_MESSAGE_BYTES
+    return value if value > 0 else DEFAULT_MAX_MESSAGE_BYTES
+
+
+MAX_MESSAGE_BYTES = _message_cap(os.environ.get("WSCTX_MAX_MESSAGE_BYTES"))
 
 
 class Header(msgspec.Struct, kw_only=True):

@@ -114,6 +114,68 @@ def test_tcp_off_loopback_without_keys_refused(daemons, env, workspace) -> None:
         assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
+@pytest.mark.timeout(120)
+def test_tcp_on_loopback_without_keys_needs_front_tcp_insecure(daemons, env, workspace) -> None:
+    """A loopback tcp front without CURVE keys refuses to start, naming front_tcp_insecure; with it set, it serves and its status and log warn."""
+    (workspace / "a.py").write_text("def alpha():\n    return 1\n")
+    wid = register(env["WSCTX_DATA_DIR"], workspace)
+    port = free_port()
+    d = daemons(["front"])
+    d.start("front", wait=False, WSCTX_FRONT_TCP=f"tcp://127.0.0.1:{port}")
+    assert d.procs["front"].wait(60) != 0
+    assert "front_tcp_insecure" in d.log("front") and "any local user" in d.log("front")
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+    d.start("front", WSCTX_FRONT_TCP=f"tcp://127.0.0.1:{port}", WSCTX_FRONT_TCP_INSECURE="true")
+    wait_until(lambda: port in listening_tcp_ports(d.pid("front")), 30)
+    kind, reply = ask_once(zmq.Context.instance(), f"tcp://127.0.0.1:{port}", AskRequest(question="where is alpha?", workspace=wid), 30000)
+    assert kind == "ok", reply
+    status = d.status("front")
+    assert status.details["tcp_insecure"] is True and "every local user" in status.details["warning"]
+    assert "tcp_insecure" in d.log("front")
+
+
+@pytest.mark.timeout(240)
+def test_each_client_key_sees_only_its_granted_workspaces(daemons, env, short_tmp) -> None:
+    """With two workspaces and two keys, each key is answered about the workspace team_workspaces grants it and refused the other as unknown."""
+    roots, wids = [], []
+    for name in ("alpha", "beta"):
+        root = short_tmp / name
+        root.mkdir()
+        (root / f"{name}.py").write_text(f"def {name}_total(xs):\n    return sum(xs)\n")
+        roots.append(root)
+        wids.append(register(env["WSCTX_DATA_DIR"], root))
+    folder = short_tmp / "keys"
+    server_pub, server_sec = make_keys(folder / "server", "server")
+    authorized = folder / "authorized"
+    authorized.mkdir(mode=0o700)
+    secrets = {}
+    for name in ("alice", "bob", "carol"):
+        pub, secrets[name] = make_keys(folder / name, name)
+        (authorized / f"{name}.key").write_bytes(pub.read_bytes())
+    port = free_port()
+    d = daemons(["front"])
+    d.start("front", WSCTX_FRONT_TCP=f"tcp://127.0.0.1:{port}", WSCTX_CURVE_SECRET_KEY_FILE=str(server_sec),
+            WSCTX_CURVE_AUTHORIZED_KEYS_DIR=str(authorized), WSCTX_TEAM_WORKSPACES=f"alice={wids[0]},bob={roots[1]}")
+    wait_until(lambda: port in listening_tcp_ports(d.pid("front")), 30)
+    ctx, ep = zmq.Context.instance(), f"tcp://127.0.0.1:{port}"
+    for who, mine, other in (("alice", 0, 1), ("bob", 1, 0)):
+        curve = curve_of(server_pub, secrets[who])
+        kind, reply = ask_once(ctx, ep, AskRequest(question="total", workspace=wids[mine]), 30000, curve=curve)
+        assert kind == "ok", (who, reply)
+        for ref in (wids[other], str(roots[other] / f"{('alpha', 'beta')[other]}.py")):
+            field = {"workspace": ref} if ref == wids[other] else {"active_file": ref}
+            kind, reply = ask_once(ctx, ep, AskRequest(question="total", **field), 30000, curve=curve)
+            assert kind == "error" and reply.code == "unknown_workspace", (who, ref, reply)
+    # a key with no grant sees nothing, not even with no workspace named
+    kind, reply = ask_once(ctx, ep, AskRequest(question="total", workspace=wids[0]), 30000, curve=curve_of(server_pub, secrets["carol"]))
+    assert kind == "error" and reply.code == "unknown_workspace", reply
+    assert "workspace_not_granted" in d.log("front")
+    # the local ipc front is not limited by the grants
+    kind, reply = ask_once(ctx, d.endpoint("front"), AskRequest(question="total", workspace=wids[1]), 30000)
+    assert kind == "ok", reply
+
+
 @pytest.mark.timeout(180)
 def test_curve_front_refuses_clients_without_the_key(daemons, env, workspace, short_tmp) -> None:
     """A CURVE tcp front answers an authorised client and refuses one with no key or an unknown key."""
@@ -123,7 +185,7 @@ def test_curve_front_refuses_clients_without_the_key(daemons, env, workspace, sh
     port = free_port()
     d = daemons(["front"])
     d.start("front", WSCTX_FRONT_TCP=f"tcp://0.0.0.0:{port}", WSCTX_CURVE_SECRET_KEY_FILE=str(keys["server_sec"]),
-            WSCTX_CURVE_AUTHORIZED_KEYS_DIR=str(keys["authorized"]))
+            WSCTX_CURVE_AUTHORIZED_KEYS_DIR=str(keys["authorized"]), WSCTX_TEAM_WORKSPACES=f"client={wid}")
     wait_until(lambda: port in listening_tcp_ports(d.pid("front")), 30)
     ctx = zmq.Context.instance()
     ep = f"tcp://127.0.0.1:{port}"
@@ -155,7 +217,7 @@ def test_team_link_over_curve(daemons, short_tmp) -> None:
     b = daemons(["watcher", "chunker", "embedder", "front"], env_b)
     b.start("watcher", "chunker", "embedder")
     b.start("front", WSCTX_FRONT_TCP=f"tcp://0.0.0.0:{port}", WSCTX_CURVE_SECRET_KEY_FILE=str(keys["server_sec"]),
-            WSCTX_CURVE_AUTHORIZED_KEYS_DIR=str(keys["authorized"]))
+            WSCTX_CURVE_AUTHORIZED_KEYS_DIR=str(keys["authorized"]), WSCTX_TEAM_WORKSPACES=f"client={wid_b}")
     wait_until(lambda: not table_mismatches(b.data_dir, root_b), 120, 0.3)
     # B has no searcher: its first question loads the table library for a search of its own (seconds
     # on a loaded machine), which is not what this test times, so B answers one question first

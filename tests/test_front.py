@@ -293,7 +293,7 @@ def team_stack():
     """Workspace B (billing code) with its own daemons, no reranker; its front on loopback tcp."""
     port = free_port()
     s = Stack(short_tmpdir("wg"), ("watcher", "chunker", "embedder", "searcher", "front"), {"billing/invoice.py": BILLING},
-              front_tcp=f"tcp://127.0.0.1:{port}")
+              front_tcp=f"tcp://127.0.0.1:{port}", front_tcp_insecure="true")
     s.tcp = f"tcp://127.0.0.1:{port}"
     try:
         s.start()
@@ -761,7 +761,7 @@ def test_curve_front_answers_authorised_client_only(team_stack):
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     team_stack.restart("front", WSCTX_FRONT_TCP=endpoint, WSCTX_CURVE_SECRET_KEY_FILE=str(server_sec),
-                       WSCTX_CURVE_AUTHORIZED_KEYS_DIR=str(allowed))
+                       WSCTX_CURVE_AUTHORIZED_KEYS_DIR=str(allowed), WSCTX_TEAM_WORKSPACES=f"alice={team_stack.wid}")
     try:
         import zmq.auth
 

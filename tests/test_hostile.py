@@ -188,6 +188,27 @@ def test_paths_outside_workspace_in_ask(stack, field: str) -> None:
     assert d.running("front")
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("field", ["workspace", "active_file", "visible_files", "open_documents", "buffers"])
+def test_nul_in_a_path_field_without_workspace_is_bad_message(stack, field: str) -> None:
+    """A NUL byte or a 5,000-character path in any path field, with no workspace given, is bad_message, never internal."""
+    d, root, wid = stack
+    client = runtime.Client(d.endpoint("front"), sender="hostile")
+    wrong = []
+    for path in (f"{root}/net.py\x00", "\x00", f"{root}/\x00/net.py", f"{root}/" + "a" * 5000):
+        value = {"workspace": path, "active_file": path, "visible_files": [path], "open_documents": [path], "buffers": {path: "x = 1\n"}}[field]
+        try:
+            client.request(AskRequest(question="where is the retry logic?", **{field: value}), timeout_ms=30000)
+            wrong.append(f"{path[:40]!r}: answered")
+        except Exception as exc:  # noqa: BLE001
+            if getattr(exc, "code", None) is None or exc.code.value != "bad_message":
+                wrong.append(f"{path[:40]!r}: {type(exc).__name__} {exc}")
+    client.close()
+    INPUTS_TRIED[f"ask_request.{field}.no_workspace"] = 4
+    assert not wrong, "\n".join(wrong)
+    assert d.running("front")
+
+
 def _push(d: Daemons, name: str, frames_list: list[list[bytes]]) -> None:
     sock = runtime.make_socket(zmq.Context.instance(), zmq.PUSH, max_bytes=10 * CAP)
     sock.setsockopt(zmq.LINGER, 2000)

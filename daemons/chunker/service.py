@@ -64,7 +64,7 @@ class Chunker(runtime.Service):
         full = Path(body.root) / rel
         # One read: the bytes that were judged are the bytes chunked and hashed. The data-file
         # policy is the watcher's (it knows the include globs); it sent this file, so it passed.
-        verdict, data = read_file(full, self.s.max_file_bytes, data_policy=False)
+        verdict, data = read_file(full, self.s.max_file_bytes, data_policy=False, root=Path(body.root))
         if data is None:
             self._forward(FileDeleted(workspace=body.workspace, root=body.root, path=rel, reason=verdict.reason or "unreadable"), msg)
             return

@@ -18,7 +18,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -31,11 +30,11 @@ from daemons.lib.conversation import Conversations
 from daemons.lib.focus import focus_files
 from daemons.lib.indexing import chunk_content_hash
 from daemons.lib.question import QueryPlan, plan_for
-from daemons.lib.security import curve_client_keys, secure_server_socket
-from daemons.lib.workspaces import Registry, index_dir, safe_relpath
+from daemons.lib.security import INSECURE_WARNING, curve_client_keys, granted, key_names, parse_grants, secure_server_socket
+from daemons.lib.workspaces import Registry, check_request_path, index_dir, read_inside, safe_relpath
 from models.cross_encoder import rerank_passage
 from protocol import envelope
-from protocol.errors import BadMessage, ErrorCode, ProtocolError
+from protocol.errors import BadMessage, ErrorCode, ProtocolError, UnknownWorkspace
 from protocol.schema import (
     AskReply,
     AskRequest,
@@ -115,6 +114,7 @@ class Front(runtime.Service):
     # ------------------------------------------------------------------ the question
 
     def _resolve(self, req: AskRequest) -> tuple[str, str]:
+        check_paths(req)
         ref = req.workspace or (req.active_file or "")
         if not ref and (req.visible_files or req.open_documents):
             ref = (req.visible_files or req.open_documents)[0]
@@ -312,8 +312,7 @@ class Front(runtime.Service):
         text = buffers.get(path)
         if text is None:
             try:
-                full = Path(root) / safe_relpath(root, path)
-                text = full.read_text(encoding="utf-8")
+                text = read_inside(root, safe_relpath(root, path)).decode("utf-8")
             except (OSError, UnicodeDecodeError, BadMessage):
                 return None
         cache[path] = text
@@ -325,7 +324,7 @@ class Front(runtime.Service):
         if not indexed:
             return ""
         try:
-            data: bytes | None = (Path(root) / safe_relpath(root, cand.path)).read_bytes()
+            data: bytes | None = read_inside(root, safe_relpath(root, cand.path))
         except (OSError, BadMessage):
             data = None
         return notes.file_change(indexed, data, buffers.get(cand.path))
@@ -352,8 +351,34 @@ class Front(runtime.Service):
         result = settings_search(store, qplan, None, focus, s)
         return to_candidates(result.candidates), qplan.keyword_query
 
+    def ask_tcp(self, msg: envelope.Message) -> AskReply:
+        """``ask`` for a client on the tcp front: only of a workspace its key is granted
+        (``team_workspaces``); any other gets unknown_workspace, as one that does not exist."""
+        if self.s.curve_secret_key_file:
+            wid, _ = self._resolve(msg.body)
+            user = runtime.peer_id()
+            name = key_names(self.s.curve_authorized_keys_dir).get(user.encode()) if user else None
+            if wid not in self._granted_ids(name):
+                self.stats.incr("tcp.refused_workspace")
+                self.log.warning("workspace_not_granted", key=name, workspace=wid)
+                raise UnknownWorkspace(f"workspace {msg.body.workspace or wid!r} is not shared with this key "
+                                       "(the team front's team_workspaces grants it)")
+        return self.ask(msg)
+
+    def _granted_ids(self, key_name: str | None) -> set[str]:
+        """The registered workspace ids that client *key_name* may ask."""
+        ids = set()
+        for ref in granted(parse_grants(self.s.team_workspaces), key_name):
+            try:
+                ids.add(self.registry.resolve(ref)[0])
+            except UnknownWorkspace:
+                continue
+        return ids
+
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"team_fronts": self.s.team_fronts, "tcp": self.s.front_tcp, "tables_loaded": self.tables_loaded}
+        if self.s.front_tcp and not self.s.curve_secret_key_file:
+            out.update(tcp_insecure=True, warning=INSECURE_WARNING)
         if self.tables_loaded:
             from daemons.lib.store import arrow_memory, cache_usage
             out.update(lance_cache=cache_usage(), arrow=arrow_memory())
@@ -399,7 +424,10 @@ class Front(runtime.Service):
         handlers = {"ask_request": self.ask}
         threads = []
         if tcp_sock is not None:
-            t = threading.Thread(target=runtime.serve_threaded, args=(self.ctx, tcp_sock, handlers, self.log, "front", self.stats, self.stop, 2), daemon=True)
+            if authenticator is None:
+                self.log.warning("tcp_insecure", endpoint=self.s.front_tcp, warning=INSECURE_WARNING)
+            t = threading.Thread(target=runtime.serve_threaded, args=(self.ctx, tcp_sock, {"ask_request": self.ask_tcp}, self.log, "front",
+                                                                     self.stats, self.stop, 2, True), daemon=True)
             t.start()
             threads.append(t)
         self.log.info("started", tcp=self.s.front_tcp or None)
@@ -411,6 +439,16 @@ class Front(runtime.Service):
         sock.close(0)
         control.join(timeout=2)
         self.log.info("stopped")
+
+
+def check_paths(req: AskRequest) -> None:
+    """BadMessage for any path field of *req* that no file can have (``check_request_path``)."""
+    check_request_path("workspace", req.workspace)
+    if req.active_file:
+        check_request_path("active_file", req.active_file)
+    for name, paths in (("visible_files", req.visible_files), ("open_documents", req.open_documents), ("buffers", list(req.buffers))):
+        for path in paths:
+            check_request_path(name, path)
 
 
 def _search_detail(q: _Question) -> dict[str, Any]:

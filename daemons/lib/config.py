@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -252,8 +253,15 @@ class Network:
     """TCP and team fronts (tcp is opt-in; off loopback it requires CURVE keys)."""
 
     front_tcp: str = ""
+    # a loopback front_tcp without CURVE keys answers every local user (other uids included): only
+    # with this set, and then status and log warn (security.py)
+    front_tcp_insecure: bool = False
     curve_secret_key_file: str = ""
     curve_authorized_keys_dir: str = ""
+    # which workspaces each client key of a CURVE tcp front may ask: ``KEY=WORKSPACE`` entries, KEY
+    # the file name (without .key) of the client's public key in curve_authorized_keys_dir or ``*``
+    # for every authorised key, WORKSPACE a workspace id or root; none listed: a key sees none
+    team_workspaces: list[str] = field(default_factory=list)
     team_fronts: list[str] = field(default_factory=list)
     team_server_key_file: str = ""
     team_timeout_ms: int = 3000
@@ -333,7 +341,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None), "embed_batch_tokens": (0, None),
     "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "malloc_arenas": (0, None), "malloc_mmap_threshold_kb": (0, 32768), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None), "rerank_fusion_k_long": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),
-    "heartbeat_s": (0.01, None), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
+    "heartbeat_s": (0.01, 60.0), "widen_max_chars": (0, None), "imports_max_chars": (0, None), "block_max_chars": (1, None),
     "team_timeout_ms": (1, None), "index_nice": (0, 19), "vector_cache_rows": (0, None), "rerank_cache_pairs": (0, None), "question_deadline_ms": (0, None),
     "keyword_max_terms": (0, None), "dense_windows": (1, None), "rerank_query_chars": (1, None),
     **{f"list_weight_{name}": (0.0, None) for name in LIST_WEIGHTS},
@@ -457,16 +465,86 @@ def load_settings(config_file: str | None = None, env: dict[str, str] | None = N
     if values.get("ranking") == SPEC:
         values.update(SPEC_RANKING)
     _check_values(values, sources)
+    for key in ("runtime_dir", "data_dir"):
+        if key in values:
+            values[key] = _absolute_folder(key, values[key], sources.get(key, "setting"))
     settings = Settings(**values)
+    problem = combination_problem(settings, sources)
+    if problem:
+        raise ValueError(problem)
+    problem = message_cap_problem(env)
+    if problem:
+        raise ValueError(problem)
     # ipc paths have a ~107-byte limit; fail early with a clear message rather than at bind time.
     if len(settings.endpoint("reranker.workers")) > 100:
         raise ValueError(f"runtime_dir {settings.runtime_dir!r} is too long for ipc socket paths")
     return settings
 
 
+def _absolute_folder(key: str, value: str, source: str) -> str:
+    """*value* as an absolute path; ValueError for an empty one. A relative folder is taken from
+    the current directory once, here, so every daemon and supervisord agree on it."""
+    if not str(value).strip():
+        raise ValueError(f"{source}: {key} is empty: name a folder (or leave the setting out for the default)")
+    return os.path.abspath(os.path.expanduser(str(value)))
+
+
+#: The largest message cap ``WSCTX_MAX_MESSAGE_BYTES`` may set, and the smallest (a reply's header
+#: and a short answer must fit).
+MESSAGE_CAP_RANGE = (65_536, 1 << 30)
+
+
+def message_cap_problem(env: Mapping[str, str]) -> str:
+    """Why ``WSCTX_MAX_MESSAGE_BYTES`` in *env* is unusable, or ''."""
+    raw = env.get("WSCTX_MAX_MESSAGE_BYTES")
+    if raw is None:
+        return ""
+    lo, hi = MESSAGE_CAP_RANGE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or not lo <= value <= hi:
+        return f"environment variable WSCTX_MAX_MESSAGE_BYTES={raw!r}: must be a whole number of bytes between {lo} and {hi}"
+    return ""
+
+
+def combination_problem(settings: Settings, sources: Mapping[str, str] | None = None) -> str:
+    """Why settings that are each in range cannot work together, naming them, or ''.
+
+    - windows must advance: ``window_overlap`` under ``window_chars``;
+    - ``chunk_min_chars`` at most ``chunk_max_chars``;
+    - a tcp front without CURVE keys only on loopback and only with ``front_tcp_insecure``.
+    """
+    sources = sources or {}
+
+    def where(key: str) -> str:
+        return sources.get(key, "setting")
+
+    if settings.window_overlap >= settings.window_chars:
+        return (f"{where('window_overlap')}: window_overlap ({settings.window_overlap}) must be less than "
+                f"window_chars ({settings.window_chars}), or no window advances")
+    if settings.chunk_min_chars > settings.chunk_max_chars:
+        return (f"{where('chunk_min_chars')}: chunk_min_chars ({settings.chunk_min_chars}) must be at most "
+                f"chunk_max_chars ({settings.chunk_max_chars})")
+    from daemons.lib.security import parse_grants, tcp_problem  # security imports this module
+
+    try:
+        parse_grants(settings.team_workspaces)
+    except ValueError as exc:
+        return f"{where('team_workspaces')}: {exc}"
+    if settings.front_tcp:
+        problem = tcp_problem(settings)
+        if problem:
+            return f"{where('front_tcp')}: {problem}"
+    return ""
+
+
 def _check_values(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
     """ValueError naming the setting and where it came from for the first value out of its range or set of choices."""
     for key, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{sources.get(key, 'setting')}: {key} must be a finite number, not {value}")
         if key in RANGES and isinstance(value, (int, float)):
             problem = check_range(key, value)
             if problem:

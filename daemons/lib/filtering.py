@@ -127,12 +127,16 @@ def is_utf8_path(path: str) -> bool:
         return False
 
 
-def read_file(path: Path, max_bytes: int, data_policy: bool = True) -> tuple[FileVerdict, bytes | None]:
+def read_file(path: Path, max_bytes: int, data_policy: bool = True, root: Path | None = None) -> tuple[FileVerdict, bytes | None]:
     """Read and sniff one file; return the verdict and, when it is indexable, the bytes judged.
 
     A path that is not valid UTF-8 (``os.fsdecode`` left a surrogate for the byte) is skipped: no
     message can carry it, and the skip names the reason. With *data_policy*, a data or generated
-    file (``data_file_reason``) is skipped with its reason."""
+    file (``data_file_reason``) is skipped with its reason. With *root*, the file is read only if
+    what is opened lies inside it at that moment (``workspaces.inside``: a link swapped to point
+    out after it was checked is skipped, never read)."""
+    from daemons.lib.workspaces import inside
+
     if not is_utf8_path(str(path)):
         return FileVerdict(False, NOT_UTF8_NAME), None
     try:
@@ -140,6 +144,8 @@ def read_file(path: Path, max_bytes: int, data_policy: bool = True) -> tuple[Fil
         if st.st_size > max_bytes:
             return FileVerdict(False, f"larger than {max_bytes} bytes", size=st.st_size), None
         with path.open("rb") as fh:
+            if root is not None and not inside(root, fh.fileno()):
+                return FileVerdict(False, OUTSIDE_TARGET), None
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         return FileVerdict(False, f"unreadable ({exc.strerror or exc})"), None
@@ -147,9 +153,13 @@ def read_file(path: Path, max_bytes: int, data_policy: bool = True) -> tuple[Fil
     return verdict, data if verdict.ok else None
 
 
-def classify_file(path: Path, max_bytes: int, data_policy: bool = True) -> FileVerdict:
-    """Read and sniff one file; unreadable files are skipped with the reason."""
-    return read_file(path, max_bytes, data_policy)[0]
+#: The skip reason of a link that leads outside the workspace when it is read.
+OUTSIDE_TARGET = "leads outside the workspace"
+
+
+def classify_file(path: Path, max_bytes: int, data_policy: bool = True, root: Path | None = None) -> FileVerdict:
+    """Read and sniff one file; unreadable files are skipped with the reason (``read_file``)."""
+    return read_file(path, max_bytes, data_policy, root)[0]
 
 
 def _global_excludes_file() -> Path | None:
@@ -192,9 +202,30 @@ def bad_glob(globs: Iterable[str]) -> str:
     return ""
 
 
-def _read_lines(path: Path) -> list[str]:
+def own_rel_folders(root: Path, folders: Iterable[str | Path]) -> tuple[str, ...]:
+    """Those of *folders* inside *root* (resolved), as paths relative to it."""
+    out = []
+    for folder in folders:
+        try:
+            rel = Path(folder).resolve().relative_to(root)
+        except (ValueError, OSError, RuntimeError):
+            continue
+        # the workspace inside the data dir (rather than the other way) is not excluded whole
+        if rel.parts:
+            out.append(rel.as_posix())
+    return tuple(out)
+
+
+def _read_lines(path: Path, root: Path | None = None) -> list[str]:
+    """The lines of ignore file *path*; with *root*, only if the file opened lies inside it (an
+    in-tree ``.gitignore`` that is a link out is not read: a link must not show another file's lines)."""
+    from daemons.lib.workspaces import inside
+
     try:
-        return path.read_text(errors="replace").splitlines()
+        with path.open("rb") as fh:
+            if root is not None and not inside(root, fh.fileno()):
+                return []
+            return fh.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
         return []
 
@@ -203,13 +234,17 @@ class WorkspaceFilter:
     """Decides, for paths relative to ``root``, whether they are indexed."""
 
     def __init__(self, root: str | Path, include_globs: list[str] | None = None, exclude_globs: list[str] | None = None, max_file_bytes: int = 1_000_000,
-                 on_bad_lines: Callable[[str, list[str]], None] | None = None) -> None:
+                 on_bad_lines: Callable[[str, list[str]], None] | None = None, own_folders: Iterable[str | Path] = ()) -> None:
         """ValueError names a user glob that makes no pattern. *on_bad_lines(file, lines)* hears of
-        each ignore file's lines that make none, once per reading of that file."""
+        each ignore file's lines that make none, once per reading of that file. *own_folders*
+        (the product's data and runtime dirs) are never indexed, whatever the globs say: a
+        workspace that holds them would index its own logs and tables, which change with every
+        write, in a loop."""
         problem = bad_glob([*(include_globs or []), *(exclude_globs or [])])
         if problem:
             raise ValueError(f"include_globs/exclude_globs: {problem}")
         self.root = Path(root).resolve()
+        self.own = own_rel_folders(self.root, own_folders)
         self.max_file_bytes = max_file_bytes
         self.on_bad_lines = on_bad_lines
         self.defaults = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDES)
@@ -218,8 +253,8 @@ class WorkspaceFilter:
         gx = _global_excludes_file()
         # the global file's patterns, then .git/info/exclude's: the later ones decide
         self.top = pathspec.GitIgnoreSpec.from_lines([])
-        for path in ([gx] if gx is not None else []) + [self.root / ".git" / "info" / "exclude"]:
-            self.top += self._checked(str(path), _read_lines(path))
+        for path, within in ([(gx, None)] if gx is not None else []) + [(self.root / ".git" / "info" / "exclude", self.root)]:
+            self.top += self._checked(str(path), _read_lines(path, within))
         self._nested: dict[str, pathspec.GitIgnoreSpec | None] = {}
 
     def _checked(self, name: str, lines: list[str]) -> pathspec.GitIgnoreSpec:
@@ -231,7 +266,7 @@ class WorkspaceFilter:
 
     def _spec_for_dir(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
         if rel_dir not in self._nested:
-            lines = _read_lines(self.root / rel_dir / ".gitignore")
+            lines = _read_lines(self.root / rel_dir / ".gitignore", self.root)
             self._nested[rel_dir] = self._checked(f"{rel_dir}/.gitignore" if rel_dir else ".gitignore", lines) if lines else None
         return self._nested[rel_dir]
 
@@ -244,8 +279,15 @@ class WorkspaceFilter:
         """A ``.gitignore`` changed: re-read it on next use."""
         self._nested.pop(rel_dir, None)
 
+    def is_own(self, rel: str) -> bool:
+        """Whether *rel* is one of the product's own folders or inside one."""
+        return any(rel == own or rel.startswith(own + "/") for own in self.own)
+
     def is_ignored(self, rel: str, is_dir: bool = False) -> bool:
-        """True if git (or the defaults, or the user's globs) would leave ``rel`` out."""
+        """True if git (or the defaults, or the user's globs) would leave ``rel`` out, or it is
+        one of the product's own folders."""
+        if self.own and self.is_own(rel):
+            return True
         probe = rel + "/" if is_dir else rel
         if self.user_includes is not None and not is_dir and not self.user_includes.match_file(rel):
             return True

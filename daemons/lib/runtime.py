@@ -128,6 +128,19 @@ def received_at() -> float | None:
     return getattr(_request, "received", None)
 
 
+def peer_id() -> str | None:
+    """The ZAP user id of the request this thread is handling (``serve_threaded(peer_ids=True)``:
+    a CURVE client's z85 public key), None without one."""
+    return getattr(_request, "peer", None)
+
+
+def _zap_user(frame: zmq.Frame) -> str | None:
+    try:
+        return frame.get("User-Id") or None
+    except (zmq.ZMQError, AttributeError):
+        return None
+
+
 def answer(frames: list[bytes], handlers: dict[str, Handler], log: Any, sender: str, stats: Stats | None = None) -> list[bytes]:
     """Decode one request, dispatch it, and return the reply frames; never raises for bad input.
 
@@ -186,12 +199,14 @@ def serve_requests(sock: zmq.Socket, handlers: dict[str, Handler], log: Any, sen
 
 def serve_threaded(
     ctx: zmq.Context, sock: zmq.Socket, handlers: dict[str, Handler], log: Any, sender: str,
-    stats: Stats, stop: threading.Event, workers: int = 4,
+    stats: Stats, stop: threading.Event, workers: int = 4, peer_ids: bool = False,
 ) -> None:
     """Serve ``sock`` (ROUTER) until ``stop``, running handlers on a thread pool.
 
     Only this thread touches ``sock``; finished replies come back over an inproc PULL, one
-    PUSH per pool thread, so slow requests never hold up quick ones.
+    PUSH per pool thread, so slow requests never hold up quick ones. With *peer_ids*, each
+    handler can ask ``peer_id()`` for the ZAP user id its request came with (a CURVE client's
+    public key).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -200,12 +215,14 @@ def serve_threaded(
     pull.bind(inproc)
     local = threading.local()
 
-    def work(frames: list[bytes], received: float) -> None:
+    def work(frames: list[bytes], received: float, user: str | None) -> None:
         _request.received = received
+        _request.peer = user
         try:
             reply = answer(frames, handlers, log, sender, stats)
         finally:
             _request.received = None
+            _request.peer = None
         if not hasattr(local, "push"):
             local.push = ctx.socket(zmq.PUSH)
             local.push.setsockopt(zmq.LINGER, 1000)
@@ -232,12 +249,18 @@ def serve_threaded(
                     log.warning("reply_failed", error=str(exc))
         if sock in events and not stop.is_set():
             while True:
+                user: str | None = None
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    if peer_ids:
+                        parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        user = _zap_user(parts[-1])
+                        frames = [p.bytes for p in parts]
+                    else:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 in_flight += 1
-                pool.submit(work, frames, time.monotonic())
+                pool.submit(work, frames, time.monotonic(), user)
     pool.shutdown(wait=True)
     pull.close(0)
 
@@ -409,7 +432,13 @@ def run_daemon(service: Callable[[Any], Any]) -> None:
     Arrow's memory pool, build the service and run it."""
     from daemons.lib.config import load_settings
 
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ValueError as exc:
+        # a setting that would start the daemon but break it: refused by name, never run
+        name = getattr(service, "name", getattr(service, "__name__", "daemon"))
+        print(f"{name}: bad settings: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     limit_malloc_arenas(settings.malloc_arenas)
     fix_mmap_threshold(settings.malloc_mmap_threshold_kb)
     use_arrow_pool(settings.arrow_memory_pool)

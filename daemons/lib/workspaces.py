@@ -95,6 +95,8 @@ class Registry:
                 p = Path(ref).resolve()
             except (OSError, RuntimeError):  # a symlink loop (RuntimeError on Python 3.11)
                 raise UnknownWorkspace(f"{ref!r} cannot be resolved (symlink loop?)") from None
+            except ValueError:  # a NUL byte: check_request_path refuses it before this
+                raise UnknownWorkspace(f"{ref!r} is not a path") from None
             best = None
             for wid, root in entries.items():
                 r = Path(root)
@@ -121,10 +123,34 @@ class Registry:
         os.replace(tmp, self.path)
 
 
-def safe_relpath(root: str | Path, path: str) -> str:
-    """Return ``path`` relative to ``root`` if it names a file inside it (no ``..``, no escaping link).
+#: The longest path a request may name (Linux's PATH_MAX).
+MAX_PATH_CHARS = 4096
 
-    Raises ``BadMessage`` otherwise; every field that names a file goes through here.
+
+def check_request_path(field: str, path: str) -> None:
+    """BadMessage naming *field* for a path from a request that no file can have: a NUL byte, a
+    lone surrogate (not UTF-8), or longer than ``MAX_PATH_CHARS``. Every path field of a request
+    passes here before anything resolves or reads it."""
+    from protocol.errors import BadMessage
+
+    if "\x00" in path:
+        raise BadMessage(f"{field}: a path with a NUL byte")
+    if len(path) > MAX_PATH_CHARS:
+        raise BadMessage(f"{field}: a path of {len(path)} characters (the limit is {MAX_PATH_CHARS})")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadMessage(f"{field}: a path that is not valid UTF-8") from None
+
+
+def safe_relpath(root: str | Path, path: str) -> str:
+    """Return ``path`` relative to ``root`` if it names a file inside it (no ``..`` out, no link
+    that leads out). Raises ``BadMessage`` otherwise; every field that names a file goes through here.
+
+    A link inside the workspace to a file inside it keeps its own path (``README.md`` for
+    ``README.md -> crate/README.md``), so it is indexed and answered under the name the user
+    sees; a path that reaches the workspace only through a link outside it (an absolute path
+    under another name of the root) is given relative to the resolved root.
     """
     from protocol.errors import BadMessage
 
@@ -138,7 +164,40 @@ def safe_relpath(root: str | Path, path: str) -> str:
         raise BadMessage(f"path {path!r} cannot be resolved (symlink loop?)") from None
     if resolved != root_p and root_p not in resolved.parents:
         raise BadMessage(f"path {path!r} is outside the workspace")
+    if ".." not in Path(path).parts:  # ".." after a link is not lexical: only the resolved path is sure
+        for base in (root_p, Path(os.path.abspath(root))):
+            try:
+                own = Path(os.path.normpath(candidate)).relative_to(base)
+            except ValueError:
+                continue
+            if own.parts:
+                return own.as_posix()
     return resolved.relative_to(root_p).as_posix()
+
+
+def inside(root: str | Path, fd: int) -> bool:
+    """Whether open file *fd* is a file inside *root* now (``/proc/self/fd`` names what was
+    opened, after every link), so a link swapped between a check and a read cannot leak a file."""
+    root_p = Path(root).resolve()
+    try:
+        opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return False
+    return root_p in opened.parents
+
+
+def read_inside(root: str | Path, rel: str, max_bytes: int | None = None) -> bytes:
+    """The bytes of workspace file *rel* (``safe_relpath``'d), read only if what is opened is
+    inside *root* at the moment it is read; OSError otherwise (or if it cannot be read)."""
+    full = Path(root) / rel
+    fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not inside(root, fd):
+            raise PermissionError(f"{rel} leads outside the workspace")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read() if max_bytes is None else fh.read(max_bytes + 1)
+    finally:
+        os.close(fd)
 
 
 def check_event(registry: Registry, workspace: str, root: str, path: str) -> str:

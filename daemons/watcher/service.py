@@ -103,7 +103,8 @@ class Watcher(runtime.Service):
                              reason="no pattern can be made of them; like git, they match nothing")
 
         ws = WorkspaceState(wid, rootp.resolve(), WorkspaceFilter(rootp, self.s.include_globs, self.s.exclude_globs, self.s.max_file_bytes,
-                                                                  on_bad_lines=bad_lines))
+                                                                  on_bad_lines=bad_lines,
+                                                                  own_folders=(self.s.data_dir, self.s.runtime_dir)))
         self._arm(ws)
         with self.lock:
             self.workspaces[wid] = ws
@@ -164,7 +165,7 @@ class Watcher(runtime.Service):
             rel = Path(abs_path).relative_to(ws.root).as_posix()
         except ValueError:
             return
-        if rel == "." or rel.startswith(".git/") or rel == ".git":
+        if rel == "." or rel.startswith(".git/") or rel == ".git" or ws.filt.is_own(rel):
             return
         if is_dir:
             # A folder appeared, vanished or moved: cheaper to reconcile the workspace than guess.
@@ -199,7 +200,7 @@ class Watcher(runtime.Service):
         cached = ws.stat_cache.get(rel)
         if cached and cached[0] == st.st_mtime_ns and cached[1] == st.st_size:
             return cached[2]
-        verdict = classify_file(full, self.s.max_file_bytes, data_policy=ws.filt.data_policy_applies(rel))
+        verdict = classify_file(full, self.s.max_file_bytes, data_policy=ws.filt.data_policy_applies(rel), root=ws.root)
         ws.stat_cache[rel] = (st.st_mtime_ns, st.st_size, verdict)
         if not verdict.ok and ws.skipped.get(rel) != verdict.reason:
             ws.skipped[rel] = verdict.reason
