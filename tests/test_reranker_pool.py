@@ -280,6 +280,66 @@ def test_a_forged_worker_frame_is_dropped_and_the_broker_stays_up(make_pool):
     assert pool.proc.poll() is None
 
 
+def test_only_finite_json_numbers_are_scores() -> None:
+    """finite_scores refuses NaN and infinite numbers, numeric strings such as "nan", booleans and a non-list."""
+    from daemons.reranker.pool import finite_scores
+
+    assert finite_scores([0.25, 1, 0]) == [0.25, 1.0, 0.0]
+    for bad in (["nan"], [float("nan")], [1e999], ["inf"], [True], "0.5", [None], [[0.1]]):
+        with pytest.raises(ValueError):
+            finite_scores(bad)
+
+
+@pytest.mark.timeout(180)
+def test_a_forged_result_of_scores_that_are_not_finite_is_never_answered_or_cached(make_pool):
+    """A peer holding a worker's id that answers its part with "nan" scores is logged as a bad frame; the part goes to a real worker, and every score answered or cached is finite."""
+    import math
+    import threading
+
+    import zmq
+
+    from daemons.reranker import frames as F
+
+    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="1", WSCTX_RERANKER_IDLE_S="30", WSCTX_HEARTBEAT_S="0.3")
+    ctx = zmq.Context.instance()
+    forger = ctx.socket(zmq.DEALER)
+    forger.setsockopt(zmq.ROUTING_ID, b"w1")  # the id the broker gives its first worker, taken first
+    forger.setsockopt(zmq.LINGER, 0)
+    forger.connect(pool.settings.endpoint("reranker.workers"))
+    passages = _passages(2)
+    client = runtime.Client(pool.settings.endpoint("reranker"), sender="test")
+    try:
+        forger.send_multipart([F.MAGIC, F.HB])  # the broker does not know w1 yet: it answers STOP
+        assert forger.poll(10000) and forger.recv_multipart()[1] == F.STOP
+        outcome: list[object] = []
+        asker = threading.Thread(target=lambda: outcome.append(_outcome(client, RerankRequest(query=QUERY, passages=passages))), daemon=True)
+        asker.start()
+        pool.wait_status(lambda st: any(w["id"] == "w1" for w in st["workers"]))
+        forger.send_multipart([F.MAGIC, F.READY, F.pack({"pid": os.getpid(), "model_id": "forged", "load_ms": 1})])
+        while True:  # the part comes to the forger, which holds the id
+            assert forger.poll(20000), pool.log_text()[-2000:]
+            frames = forger.recv_multipart()
+            if frames[1] == F.PART:
+                break
+        forger.send_multipart([F.MAGIC, F.RESULT, frames[2], b'{"scores": ["nan", "nan"], "ms": 1}'])
+        asker.join(90)
+    finally:
+        forger.close()
+        client.close()
+    assert "is not a finite number" in pool.log_text()
+    got = outcome[0]
+    assert isinstance(got, RerankReply) and all(math.isfinite(x) for x in got.scores), got
+    again = pool.rerank(passages)
+    assert again.cached == 2 and again.scores == got.scores
+
+
+def _outcome(client: runtime.Client, req: RerankRequest) -> object:
+    try:
+        return client.request(req, timeout_ms=30000).body
+    except Exception as exc:  # noqa: BLE001 - the outcome is only recorded
+        return exc
+
+
 def _try_rerank(pool: Pool) -> object:
     try:
         return pool.rerank(_passages(2), timeout_ms=90000)

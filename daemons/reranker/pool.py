@@ -8,6 +8,7 @@ this class calls its ``finish_ok`` and ``finish_error``.
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -31,6 +32,20 @@ FAIL_BACKOFF_S = 10.0
 STARTUP_TIMEOUT_S = 60.0
 #: A part that has been lost with this many workers fails its request.
 MAX_ATTEMPTS = 3
+
+
+def finite_scores(raw: Any) -> list[float]:
+    """A RESULT's scores as floats; ValueError unless each is a JSON number and finite (a string
+    such as "nan", or 1e999, from a peer that took a worker's id, must never reach an answer or the
+    pair cache, where it would stay)."""
+    if not isinstance(raw, list):
+        raise ValueError("scores is not a list")
+    out = []
+    for x in raw:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ValueError(f"score {x!r} is not a finite number")
+        out.append(float(x))
+    return out
 
 
 class WorkerPool:
@@ -153,7 +168,7 @@ class WorkerPool:
             info = F.unpack(rest[0]) if cmd in (F.READY, F.FAIL, F.BYE) and rest else {}
             body = F.unpack(rest[1]) if cmd in (F.RESULT, F.ERROR) and len(rest) >= 2 else {}
             pid = int(info.get("pid", w.pid))
-            scores = [float(x) for x in body.get("scores") or []] if cmd == F.RESULT else []
+            scores = finite_scores(body.get("scores") or []) if cmd == F.RESULT else []
             score_ms = float(body.get("ms", 0.0))
         except (msgspec.MsgspecError, ValueError, TypeError) as exc:
             self.log.warning("bad_worker_frame", worker=ident.decode(errors="replace"), command=cmd.decode(errors="replace")[:16], error=str(exc)[:200])
