@@ -155,17 +155,25 @@ def daemon_name(pid: int) -> str | None:
     return m.group(1).decode() if m else None
 
 
+def supervisord_is_ours(pid: int, runtime_dir: str) -> bool:
+    """Whether *pid* is the supervisord of this runtime dir: a supervisord whose command line
+    names this runtime dir's config file. A pid file alone proves nothing: a stale one may name
+    another program, or another instance's supervisord (whose daemons ``down`` must not touch)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    conf = str(Path(runtime_dir) / "supervisord.conf").encode()
+    return any(b"supervisord" in a for a in argv) and conf in argv
+
+
 def daemon_processes(runtime_dir: str, supervisor_pid: int | None = None) -> list[int]:
     """The processes ``wsctx down`` may end: supervisord (its pid file) and its descendants, and,
     among the processes of this runtime dir, only those whose command line is one of our daemons
     or workers (an orphan left by a killed supervisord). A ``wsctx logs -f`` or a shell that
     merely has the runtime dir in its environment is never one of them."""
     ours: set[int] = set()
-    try:  # a stale pid file may name a pid that some other program now has
-        is_supervisord = b"supervisord" in Path(f"/proc/{supervisor_pid}/cmdline").read_bytes() if supervisor_pid else False
-    except OSError:
-        is_supervisord = False
-    if supervisor_pid and is_supervisord:
+    if supervisor_pid and supervisord_is_ours(supervisor_pid, runtime_dir):
         parents: dict[int, int] = {}
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():

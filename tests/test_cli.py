@@ -255,7 +255,50 @@ def test_add_without_watcher_registers(dirs, capsys):
     assert out.out.strip() == workspace_id(ws)
     assert "watcher is not running" in out.err
     assert cli.main(flags + ["add", str(base / "missing")]) == 1
-    assert "not a directory" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
+    (base / "file.txt").write_text("x")
+    assert cli.main(flags + ["add", str(base / "file.txt")]) == 1
+    assert "is not a directory" in capsys.readouterr().err
+
+
+def test_add_refuses_an_empty_path_the_whole_filesystem_home_and_proc(dirs, capsys, monkeypatch):
+    """`wsctx add ""`, `/`, `~` and `/proc` are refused with one line naming why (/ and ~ pass with --force); nothing is registered."""
+    from daemons.lib.workspaces import Registry
+
+    flags, base = dirs
+    home = base / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for path, why in (("", "an empty path"), ("/", "/ is the whole file system"), (str(home), "is your home folder"),
+                      ("/proc", "pseudo-filesystem"), ("/proc/self", "pseudo-filesystem")):
+        assert cli.main(flags + ["add", path]) == 1, path
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert Registry(base / "d").load() == {}
+    assert cli.main(flags + ["add", "--force", str(home)]) == 0
+    assert list(Registry(base / "d").load().values()) == [str(home.resolve())]
+    capsys.readouterr()
+    assert cli.main(flags + ["add", "--force", "/proc"]) == 1  # never a pseudo-filesystem
+
+
+def test_add_of_a_non_utf8_name_or_onto_a_full_disk_says_one_line(dirs, capsys):
+    """A folder whose name is not UTF-8, and a registry that cannot be written, give one line naming the cause, no traceback."""
+    import os as _os
+
+    flags, base = dirs
+    odd = _os.fsdecode(str(base).encode() + b"/caf\xe9")
+    _os.mkdir(odd)
+    assert cli.main(flags + ["add", odd]) == 1
+    err = capsys.readouterr().err
+    assert "not a valid UTF-8 name" in err and "Traceback" not in err
+    # a registry file that cannot be written (a folder in its place: as with a full disk, the
+    # write fails with an OSError, which even root gets)
+    (base / "d" / "workspaces.json").mkdir(parents=True)
+    ws = base / "ws"
+    ws.mkdir()
+    rc = cli.main(flags + ["add", str(ws)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "cannot register" in err and "Traceback" not in err, err
 
 
 def test_errors_when_daemons_are_down(dirs, capsys):
@@ -505,3 +548,30 @@ def test_status_wait_progress_line_counts_files_rows_rate_and_time_left():
     slow = status_report.progress_line({"a": entry(1500, 800, 700, 31020)}, first_indexed=790, elapsed_s=60.0)
     assert slow.endswith("0.2 files/s, about 70 min 00 s left")
     assert status_report.progress_line({"a": entry(20, 5, 15, 40)}, first_indexed=5, elapsed_s=2.0) == "indexing: 5 of 20 files (25%), 40 rows, 15 pending"
+
+
+@pytest.mark.timeout(180)
+def test_down_never_stops_another_instance_named_by_a_stale_pid_file():
+    """A stale supervisord.pid in X's runtime dir naming Y's supervisord: `wsctx down` for X leaves every process of Y running."""
+    from daemons.supervision import processes_for
+
+    base_x, base_y = short_tmpdir("wx"), short_tmpdir("wy")
+    env_x, env_y = daemon_env(base_x), daemon_env(base_y)
+    env_x["WSCTX_DAEMONS"] = env_y["WSCTX_DAEMONS"] = "chunker"
+    try:
+        up = _wsctx(env_y, "up", "--timeout", "120")
+        assert up.returncode == 0, up.stdout + up.stderr
+        y_pid = int((Path(env_y["WSCTX_RUNTIME_DIR"]) / "supervisord.pid").read_text())
+        y_procs = processes_for(env_y["WSCTX_RUNTIME_DIR"])
+        assert y_pid in y_procs and len(y_procs) >= 2
+        run_x = Path(env_x["WSCTX_RUNTIME_DIR"])
+        run_x.mkdir(parents=True, mode=0o700)
+        (run_x / "supervisord.pid").write_text(f"{y_pid}\n")
+        down = _wsctx(env_x, "down", "--timeout", "20")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert "not running" in down.stdout
+        assert all(supervision._alive(p) for p in y_procs), "wsctx down for X stopped Y's processes"
+    finally:
+        _wsctx(env_y, "down", "--timeout", "60")
+        shutil.rmtree(base_x, ignore_errors=True)
+        shutil.rmtree(base_y, ignore_errors=True)

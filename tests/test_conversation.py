@@ -103,3 +103,16 @@ def test_thread_safety_under_concurrent_use():
     for t in threads:
         t.join()
     assert not errors and len(conv) <= 50
+
+
+def test_a_chain_of_long_follow_ups_stays_within_the_cap():
+    """Eleven pronoun-only follow-ups of 99,999 characters give a searched question no longer than the cap, starting with the first question."""
+    conv = Conversations()
+    conv.remember("c", "how does the retry loop back off?", [])
+    for _ in range(11):
+        searched, follow_up = conv.effective_question("c", "it " * 33_333, max_chars=100_000)
+        assert follow_up and len(searched) <= 100_000
+        assert searched.startswith("how does the retry loop back off?")
+        conv.remember("c", searched, [])
+    short, _ = conv.effective_question("c", "and that?", max_chars=100_000)
+    assert short.endswith("and that?") and len(short) <= 100_000

@@ -394,7 +394,11 @@ def test_a_question_sets_its_own_ranking_and_bad_overrides_name_the_setting(stac
     for overrides, message in (({"rrf_kk": 5}, "unknown setting 'rrf_kk'; did you mean 'rrf_k'?"),
                                ({"chunk_max_chars": 10}, "chunk_max_chars cannot be set for one question"),
                                ({"test_weight": "2"}, "test_weight must be between 0 and 1, not 2"),
-                               ({"file_list": "all"}, "file_list 'all': use both, chunks, files")):
+                               ({"file_list": "all"}, "file_list 'all': use both, chunks, files"),
+                               # sizes that would make one question's cost unbounded
+                               ({"vector_k": "100000"}, "vector_k = 100000 is more than one question may ask (at most 200)"),
+                               ({"keyword_k": 100000, "rerank_top": 100000}, "is more than one question may ask"),
+                               ({"file_keyword_pool": "100000"}, "file_keyword_pool = 100000 is more than one question may ask")):
         with pytest.raises(BadMessage) as info:
             stack.ask(question, overrides=overrides)
         assert message in info.value.message, info.value.message

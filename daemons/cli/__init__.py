@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("add", cmd_add, "register a workspace folder and start indexing it")
     sp.add_argument("path")
+    sp.add_argument("--force", action="store_true", default=False, help="add / or your home folder all the same")
 
     sp = add("rebuild", cmd_rebuild, "drop a workspace's index and rebuild it with the current settings")
     sp.add_argument("workspace", nargs="?", default=None, help="id or a path inside it (default: the one containing cwd, or the only one)")

@@ -12,7 +12,8 @@ from typing import Sequence
 
 from daemons import DAEMONS
 from daemons.supervision import (
-    REPO_ROOT, _alive, _supervisor_pid, daemon_processes, log_dir, supervisor_conf, supervisor_env, supervisor_processes, supervisor_state, write_supervisor_conf,
+    REPO_ROOT, _alive, _supervisor_pid, daemon_processes, log_dir, supervisor_conf, supervisor_env, supervisor_processes, supervisor_state, supervisord_is_ours,
+    write_supervisor_conf,
 )
 from daemons.status_report import format_daemons
 from daemons.cli.common import CLIError, settings_of, all_status, config_path, selected_daemons
@@ -97,7 +98,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         for info in supervisor_processes(settings).values():
             if info.get("pid"):
                 pids.add(int(info["pid"]))
-        if sup_pid:
+        if sup_pid and supervisord_is_ours(sup_pid, settings.runtime_dir):
             pids.add(sup_pid)
         done = subprocess.run([sys.executable, "-m", "supervisor.supervisorctl", "-c", str(conf), "shutdown"],
                               capture_output=True, text=True, cwd=str(REPO_ROOT))

@@ -65,15 +65,24 @@ def _print_status(data: dict[str, Any], as_json: bool) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from daemons.lib.workspaces import Registry
+    from daemons.lib.workspaces import Registry, broad_root_problem, root_problem
     from protocol.errors import ProtocolError
     from protocol.schema import ReconcileRequest, WorkspaceAddRequest
 
     settings = settings_of(args)
+    problem = root_problem(args.path)
+    if problem:
+        raise CLIError(problem)
+    broad = broad_root_problem(args.path)
+    if broad and not args.force:
+        raise CLIError(f"refusing to add {args.path}: {broad}, and the watcher would index all of it "
+                       "(add the project folder instead, or pass --force)")
     try:
         wid, root = Registry(settings.data_dir).add(args.path)
     except ProtocolError as exc:
         raise CLIError(exc.message) from None
+    except OSError as exc:  # a full disk, a read-only data dir
+        raise CLIError(f"cannot register {args.path}: {exc.strerror or exc} (writing {Registry(settings.data_dir).path})") from None
     if is_up(settings, "watcher"):
         control(settings, "watcher", WorkspaceAddRequest(path=root))
         control(settings, "watcher", ReconcileRequest(workspace=wid))

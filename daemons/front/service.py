@@ -195,7 +195,7 @@ class Front(runtime.Service):
         visible = [self._rel(root, p) for p in req.visible_files]
         open_docs = [self._rel(root, p) for p in req.open_documents]
         buffers = {self._rel(root, p): text for p, text in req.buffers.items()}
-        searched, follow_up = self.conversations.effective_question(req.conversation_id, req.question)
+        searched, follow_up = self.conversations.effective_question(req.conversation_id, req.question, MAX_QUESTION_CHARS)
         previous_files = self.conversations.previous_files(req.conversation_id)
         focus = focus_files(active, visible, previous_files, open_docs, limit=self.s.focus_files)
         q = _Question(req=req, s=s, budget=budget, wid=wid, root=root, buffers=buffers, searched=searched, follow_up=follow_up,

@@ -115,19 +115,27 @@ class Conversations:
             self._states.move_to_end(conv_id)
         return state
 
-    def effective_question(self, conv_id: str | None, question: str) -> tuple[str, bool]:
+    def effective_question(self, conv_id: str | None, question: str, max_chars: int | None = None) -> tuple[str, bool]:
         """Return ``(searched_question, was_follow_up)``.
 
         For a follow-up with a previous question in the same conversation the
         searched question is ``"<previous searched question> <question>"``;
         otherwise it is *question* unchanged (``was_follow_up`` is then False
         even for a short question, since nothing was put in front of it).
+        With *max_chars*, a follow-up's searched question is at most that long, as
+        a question is, so a chain of follow-ups never grows without bound: the
+        previous one keeps its start (what the conversation is about), at least
+        half the cap when it is that long, and the follow-up gets the rest.
         """
         question = question.strip()
         with self._lock:
             state = self._get(conv_id)
             previous = state.question if state else ""
         if previous and is_follow_up(question):
+            if max_chars is not None and len(previous) + 1 + len(question) > max_chars:
+                keep = max(max_chars - len(question) - 1, min(len(previous), max_chars // 2))
+                previous = previous[:keep].rstrip()
+                question = question[: max(0, max_chars - len(previous) - 1)].rstrip()
             return f"{previous} {question}".strip(), True
         return question, False
 

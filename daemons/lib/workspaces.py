@@ -16,6 +16,65 @@ from pathlib import Path
 from protocol.errors import UnknownWorkspace
 
 
+#: File systems whose trees are made up by the kernel (endless, or changing on every read).
+PSEUDO_FILESYSTEMS = frozenset({
+    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore", "bpf",
+    "configfs", "fusectl", "mqueue", "hugetlbfs", "autofs", "binfmt_misc", "efivarfs", "rpc_pipefs", "nsfs",
+})
+
+
+def filesystem_type(path: str | Path) -> str:
+    """The type of the file system *path* lies on (``/proc/mounts``' longest mount point above it), '' if unknown."""
+    target = str(Path(path).resolve())
+    best, kind = "", ""
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (target == point or target.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def root_problem(root: str) -> str:
+    """Why *root* cannot be a workspace, or '': empty, not a UTF-8 name, missing, not a folder,
+    or on a pseudo-filesystem (``/proc``, ``/sys``: endless trees no walk should enter)."""
+    if not root.strip():
+        return "an empty path names no folder (use `wsctx add .` for this one)"
+    try:
+        root.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{root.encode('utf-8', 'surrogateescape')!r} is not a valid UTF-8 name: no message can carry its files' paths"
+    if "\x00" in root:
+        return "a path with a NUL byte"
+    path = Path(root)
+    if not path.exists():
+        return f"{root} does not exist"
+    if not path.is_dir():
+        return f"{root} is not a directory"
+    kind = filesystem_type(path)
+    if kind in PSEUDO_FILESYSTEMS:
+        return f"{root} is on a {kind} pseudo-filesystem, whose files the kernel makes up: not a workspace"
+    return ""
+
+
+def broad_root_problem(root: str | Path, home: str | Path | None = None) -> str:
+    """Why registering *root* is most likely a mistake (the whole file system or a home folder:
+    the watcher would index all of it), or ''."""
+    resolved = Path(root).resolve()
+    home_p = Path(home if home is not None else Path.home()).resolve()
+    if resolved == Path("/"):
+        return "/ is the whole file system"
+    if resolved == home_p:
+        return f"{resolved} is your home folder"
+    return ""
+
+
 def workspace_id(root: str | Path) -> str:
     path = str(Path(root).resolve())
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(path).name or "root")[:40]
@@ -70,10 +129,12 @@ class Registry:
         return {str(k): str(v) for k, v in data.get("workspaces", {}).items()}
 
     def add(self, root: str | Path) -> tuple[str, str]:
-        """Register ``root`` (an existing directory); return ``(id, resolved root)``."""
+        """Register ``root`` (an existing directory); return ``(id, resolved root)``.
+        UnknownWorkspace says why a folder cannot be one (``root_problem``)."""
+        problem = root_problem(str(root))
+        if problem:
+            raise UnknownWorkspace(problem)
         resolved = Path(root).resolve()
-        if not resolved.is_dir():
-            raise UnknownWorkspace(f"{root} is not a directory")
         wid = workspace_id(resolved)
         entries = self.load()
         entries[wid] = str(resolved)

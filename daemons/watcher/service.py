@@ -24,7 +24,7 @@ from daemons.lib import catalog, runtime
 from daemons.lib.config import Settings
 from daemons.lib.indexing import pending_hash
 from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file, newest_first
-from daemons.lib.workspaces import Registry, index_dir
+from daemons.lib.workspaces import Registry, index_dir, root_problem
 from protocol import envelope
 from protocol.schema import FileChanged, FileDeleted, ReconcileReply, WorkspaceAddReply
 
@@ -97,6 +97,10 @@ class Watcher(runtime.Service):
         rootp = Path(root)
         if not rootp.is_dir():
             self.log.warning("workspace_missing", workspace=wid, root=root)
+            return
+        problem = root_problem(root)
+        if problem:  # a registry written by hand: no walk of /proc
+            self.log.warning("workspace_refused", workspace=wid, root=root, reason=problem)
             return
         def bad_lines(name: str, lines: list[str]) -> None:
             self.log.warning("ignore_lines_skipped", workspace=wid, file=name, lines=lines[:5], count=len(lines),
