@@ -101,6 +101,27 @@ def test_ipc_sockets_private_and_no_tcp_by_default(daemons, env, workspace) -> N
 
 
 @pytest.mark.timeout(120)
+def test_a_runtime_dir_that_is_a_symlink_is_refused(daemons, env, short_tmp) -> None:
+    """A runtime dir given as a symbolic link, even to an owner-only folder of ours, is refused by the daemon and by `wsctx up`, naming the link."""
+    import subprocess
+    import sys
+
+    target = short_tmp / "real-run"
+    target.mkdir(mode=0o700)
+    link = short_tmp / "run-link"
+    link.symlink_to(target)
+    env_link = {**env, "WSCTX_RUNTIME_DIR": str(link)}
+    d = daemons(["watcher"], env_link)
+    d.start("watcher", wait=False)
+    assert d.procs["watcher"].wait(60) != 0
+    assert "is a symbolic link" in d.log("watcher")
+    assert not any(target.iterdir()), "a socket was made through the link"
+    up = subprocess.run([sys.executable, "-m", "daemons.cli", "up", "--timeout", "20"], env=env_link, capture_output=True, text=True, timeout=120)
+    assert up.returncode != 0 and "is a symbolic link" in up.stderr, up.stdout + up.stderr
+    assert not any(target.iterdir())
+
+
+@pytest.mark.timeout(120)
 def test_tcp_off_loopback_without_keys_refused(daemons, env, workspace) -> None:
     """A front asked to listen on tcp://0.0.0.0 without CURVE keys refuses to start and says why."""
     register(env["WSCTX_DATA_DIR"], workspace)

@@ -162,3 +162,46 @@ def test_a_daemon_process_uses_the_arrow_pool_its_settings_name() -> None:
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     out = subprocess.run([sys.executable, "-c", later], cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
     assert out.stdout.split() == ["''", "jemalloc"], out.stdout + out.stderr
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("daemon,variable,value,named", [
+    ("embedder", "WSCTX_WINDOW_OVERLAP", "800", "window_overlap (800) must be less than window_chars"),
+    ("reranker", "WSCTX_HEARTBEAT_S", "inf", "heartbeat_s must be a finite number"),
+    ("front", "WSCTX_RERANK_THRESHOLD", "nan", "rerank_threshold must be a finite number"),
+    ("front", "WSCTX_MAX_MESSAGE_BYTES", "-5", "WSCTX_MAX_MESSAGE_BYTES='-5'"),
+])
+def test_settings_that_would_break_a_daemon_are_refused_by_it_and_by_up(daemons, env, daemon: str, variable: str, value: str, named: str) -> None:
+    """A setting that starts a daemon but breaks it makes the daemon exit at once naming it, and `wsctx up` refuses it before starting anything."""
+    extra = {variable: value, **({"WSCTX_WINDOW_CHARS": "800"} if variable == "WSCTX_WINDOW_OVERLAP" else {})}
+    bad = {**env, **extra}
+    d = daemons([daemon])
+    d.start(daemon, wait=False, **extra)
+    assert d.procs[daemon].wait(60) == 2
+    log = d.log(daemon)
+    assert named in log and "bad settings" in log and "Traceback" not in log, log
+    up = subprocess.run([sys.executable, "-m", "daemons.cli", "up", "--timeout", "20"], env=bad, cwd=str(REPO), capture_output=True,
+                        text=True, timeout=120)
+    assert up.returncode == 1 and named in up.stderr, up.stdout + up.stderr
+    assert not (Path(env["WSCTX_RUNTIME_DIR"]) / "supervisord.pid").exists()
+
+
+def test_relative_and_empty_folders_are_made_absolute_or_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative WSCTX_RUNTIME_DIR / WSCTX_DATA_DIR is taken from the current folder once, as an absolute path; an empty one is refused by name."""
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(config_file="/nonexistent", env={"WSCTX_RUNTIME_DIR": "run", "WSCTX_DATA_DIR": "./data"})
+    assert s.runtime_dir == str(tmp_path / "run") and s.data_dir == str(tmp_path / "data")
+    for var in ("WSCTX_RUNTIME_DIR", "WSCTX_DATA_DIR"):
+        with pytest.raises(ValueError, match=f"{var}: {var[6:].lower()} is empty"):
+            load_settings(config_file="/nonexistent", env={var: ""})
+
+
+def test_settings_that_cannot_work_together_are_refused_by_name() -> None:
+    """Crossed chunk sizes, a bad team_workspaces entry and a tcp front without keys are refused naming the settings."""
+    for overrides, message in (({"chunk_min_chars": 900, "chunk_max_chars": 800}, "chunk_min_chars (900) must be at most chunk_max_chars"),
+                               ({"team_workspaces": ["alice"]}, "team_workspaces entry 'alice': write KEY=WORKSPACE"),
+                               ({"front_tcp": "tcp://127.0.0.1:5999"}, "front_tcp_insecure"),
+                               ({"front_tcp": "tcp://0.0.0.0:5999", "front_tcp_insecure": True}, "off loopback without CURVE keys")):
+        with pytest.raises(ValueError, match=".*") as info:
+            load_settings(config_file="/nonexistent", env={}, **overrides)
+        assert message in str(info.value), info.value

@@ -138,6 +138,31 @@ def test_without_a_workspace_the_server_uses_the_one_it_was_started_in(mstack):
     assert str(mstack.root) in elsewhere.content[0].text and str(other) in elsewhere.content[0].text
 
 
+@pytest.mark.timeout(300)
+def test_the_data_dir_option_finds_the_workspace_of_the_working_folder(mstack):
+    """A server started with a bare environment inside a workspace, given --runtime-dir and --data-dir, searches that workspace."""
+    other = short_tmpdir("wo")
+    registry = Registry(mstack.d.data_dir)
+    other_id, _ = registry.add(other)  # two registered: the working folder must decide
+    bare = {k: v for k, v in mstack.env.items() if k not in ("WSCTX_RUNTIME_DIR", "WSCTX_DATA_DIR")}
+    bare["XDG_DATA_HOME"] = str(other / "nowhere")
+    bare["XDG_RUNTIME_DIR"] = str(other / "nowhere-run")
+    bare["WSCTX_RUNTIME_DIR"] = mstack.env["WSCTX_RUNTIME_DIR"]  # in_session keeps its stderr log beside it
+    try:
+        async def go(session: ClientSession):
+            return await session.call_tool("search_workspace", {"question": "how is the config file parsed?"})
+
+        without = in_session({**bare}, go, cwd=mstack.root / "auth")
+        found = in_session(bare, go, "--runtime-dir", mstack.env["WSCTX_RUNTIME_DIR"], "--data-dir", mstack.env["WSCTX_DATA_DIR"],
+                           cwd=mstack.root / "auth")
+    finally:
+        registry.remove(other_id)
+        shutil.rmtree(other, ignore_errors=True)
+    assert without.is_error  # the default data dir holds no registry
+    assert not found.is_error, found.content
+    assert found.structured_content["workspace"] == mstack.wid
+
+
 @pytest.mark.timeout(120)
 def test_front_down_is_a_tool_error_not_a_crash():
     """With no front running, search_workspace answers a tool error (unavailable) and the server still answers afterwards."""
@@ -156,6 +181,10 @@ def test_front_down_is_a_tool_error_not_a_crash():
         assert first.is_error
         assert first.content[0].text.startswith("unavailable: ")
         assert first.structured_content["error"]["code"] == "unavailable"
+        # it says what to run and where it looked, so a client started with another environment can be pointed right
+        text = first.content[0].text
+        assert "wsctx up" in text and env["WSCTX_RUNTIME_DIR"] in text and env["WSCTX_DATA_DIR"] in text
+        assert "WSCTX_RUNTIME_DIR" in text and "--data-dir" in text
         assert not status.is_error and status.structured_content["up"] == []
         assert len(tools.tools) == 2
     finally:

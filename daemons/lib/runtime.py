@@ -46,14 +46,18 @@ QUIET_TYPES = frozenset({"status_request", "ping_request"})
 
 
 def prepare_runtime_dir(path: str) -> Path:
-    """Create the runtime directory owner-only (0700) and refuse one that others can enter.
+    """Create the runtime directory owner-only (0700) and refuse one that others own or that is a
+    symbolic link (its target's owner and mode say nothing of who can swap the link).
 
     Also sets the process umask to 077: every daemon calls this first, so the index, log and
     registry files it creates afterwards (which hold or name the workspace's code) are owner-only."""
     os.umask(0o077)
     p = Path(path)
+    if p.is_symlink():
+        # the link's target could be anyone's folder, and the link itself can be swapped
+        raise PermissionError(f"runtime dir {p} is a symbolic link (to {os.readlink(p)}): name the folder itself")
     p.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = p.stat()
+    st = os.lstat(p)
     if st.st_uid != os.getuid():
         raise PermissionError(f"runtime dir {p} belongs to uid {st.st_uid}, not us")
     if stat.S_IMODE(st.st_mode) & 0o077:

@@ -1,6 +1,6 @@
 """The MCP server: the front daemon's answers as MCP tools, over stdio (official ``mcp`` SDK).
 
-Run ``python -m daemons.mcp_server [--workspace PATH] [--runtime-dir DIR]`` from an MCP client's
+Run ``python -m daemons.mcp_server [--workspace PATH] [--runtime-dir DIR] [--data-dir DIR]`` from an MCP client's
 configuration. Settings are loaded as the daemons load them (defaults, TOML file, ``WSCTX_*``);
 ``WSCTX_MCP_WORKSPACE`` (or ``--workspace``) is the default workspace of ``search_workspace``;
 without it, the registered workspace that contains the server's working folder (where an MCP
@@ -34,7 +34,8 @@ from pydantic import BaseModel, Field
 
 from daemons.client import DAEMONS, WorkspaceClient
 from daemons.lib.workspaces import Registry
-from protocol.errors import ProtocolError
+from daemons.lib.config import load_settings
+from protocol.errors import ProtocolError, Timeout, Unavailable
 
 SERVER_NAME = "wsctx"
 INSTRUCTIONS = (
@@ -88,6 +89,14 @@ def _error_result(code: str, message: str) -> CallToolResult:
         structured_content={"error": {"code": code, "message": message}},
         is_error=True,
     )
+
+
+def where_daemons(client: WorkspaceClient) -> str:
+    """What to do when the daemons do not answer, and where this server looked for them."""
+    s = client.settings
+    return (f"Are the daemons running? Start them with `wsctx up`. This server looks for their sockets in {s.runtime_dir} "
+            f"(WSCTX_RUNTIME_DIR or --runtime-dir) and for the registered workspaces in {s.data_dir} "
+            "(WSCTX_DATA_DIR or --data-dir): give it the same as the shell that ran `wsctx up`")
 
 
 def answer_text(prompt: str, context_line: str) -> str:
@@ -183,6 +192,8 @@ def build_server(client: WorkspaceClient, default_workspace: str | None = None) 
         try:
             reply = client.ask(question, workspace=ws, active_file=active_file, conversation_id=conversation, snippet_count=max_snippets,
                                deadline_ms=deadline_ms)
+        except (Timeout, Unavailable) as exc:
+            return _error_result(exc.code.value, f"{exc.message}. {where_daemons(client)}")
         except ProtocolError as exc:
             return _error_result(exc.code.value, exc.message)
         except Exception as exc:  # noqa: BLE001 - a socket failure is still a tool error, not a crash
@@ -211,11 +222,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m daemons.mcp_server", description="wsctx MCP server (stdio)")
     parser.add_argument("--workspace", default=os.environ.get("WSCTX_MCP_WORKSPACE") or None, help="default workspace (id or folder)")
     parser.add_argument("--runtime-dir", default=None, help="where the daemons' sockets are (default: from the settings)")
+    parser.add_argument("--data-dir", default=None, help="where the daemons' registry and indexes are, to find the workspace "
+                                                       "of the working folder (default: from the settings)")
     parser.add_argument("--timeout-ms", type=int, default=30000, help="deadline of one question")
     args = parser.parse_args(argv)
     workspace = os.path.abspath(args.workspace) if args.workspace and os.path.isdir(args.workspace) else args.workspace
     try:
-        client = WorkspaceClient(runtime_dir=args.runtime_dir, timeout_ms=args.timeout_ms)
+        overrides = {k: os.path.abspath(v) for k, v in (("runtime_dir", args.runtime_dir), ("data_dir", args.data_dir)) if v}
+        client = WorkspaceClient(timeout_ms=args.timeout_ms, settings=load_settings(**overrides))
     except ValueError as exc:
         print(f"wsctx mcp server: bad settings: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
