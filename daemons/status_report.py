@@ -47,18 +47,23 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def daemon_rows(statuses: dict[str, dict[str, Any] | None]) -> list[list[Any]]:
+def daemon_rows(statuses: dict[str, dict[str, Any] | None], slow: dict[str, int] | None = None) -> list[list[Any]]:
+    """A row per daemon; one in *slow* (``{name: pid}``: alive but its status probe missed) reads
+    "slow", not "down"."""
     rows = []
+    slow = slow or {}
     for name, st in statuses.items():
-        if st is None:
+        if st is None and name in slow:
+            rows.append([name, "slow", slow[name], "-", "-"])
+        elif st is None:
             rows.append([name, "down", "-", "-", "-"])
         else:
             rows.append([name, "up", st.get("pid"), fmt_duration(st.get("uptime_s")), st.get("queue_depth", 0)])
     return rows
 
 
-def format_daemons(statuses: dict[str, dict[str, Any] | None]) -> str:
-    return table(["daemon", "state", "pid", "uptime", "queue"], daemon_rows(statuses))
+def format_daemons(statuses: dict[str, dict[str, Any] | None], slow: dict[str, int] | None = None) -> str:
+    return table(["daemon", "state", "pid", "uptime", "queue"], daemon_rows(statuses, slow))
 
 
 NOT_RUNNING = "wsctx is not running: start it with `wsctx up`"

@@ -155,6 +155,17 @@ def daemon_name(pid: int) -> str | None:
     return m.group(1).decode() if m else None
 
 
+def running_daemons(runtime_dir: str) -> dict[str, int]:
+    """``{daemon: pid}`` of this runtime dir's daemon processes that are alive (a daemon whose
+    status probe missed but whose process runs is busy, not down)."""
+    out: dict[str, int] = {}
+    for pid in processes_for(runtime_dir):
+        name = daemon_name(pid)
+        if name is not None and name != "reranker.worker":
+            out.setdefault(name, pid)
+    return out
+
+
 def supervisord_is_ours(pid: int, runtime_dir: str) -> bool:
     """Whether *pid* is the supervisord of this runtime dir: a supervisord whose command line
     names this runtime dir's config file. A pid file alone proves nothing: a stale one may name

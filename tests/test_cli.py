@@ -575,3 +575,31 @@ def test_down_never_stops_another_instance_named_by_a_stale_pid_file():
         _wsctx(env_y, "down", "--timeout", "60")
         shutil.rmtree(base_x, ignore_errors=True)
         shutil.rmtree(base_y, ignore_errors=True)
+
+
+@pytest.mark.timeout(180)
+def test_a_busy_embedder_is_reported_slow_not_down(daemons, env, workspace):
+    """An embedder whose process is alive but does not answer (stopped with SIGSTOP) is "slow" in status and never aborts `status --wait` as not running; once its process is gone it is "down"."""
+    import signal as _signal
+
+    from tests.support import register, wait_until
+
+    (workspace / "a.py").write_text("def alpha():\n    return 1\n")
+    register(env["WSCTX_DATA_DIR"], workspace)
+    d = daemons(["watcher", "chunker", "embedder"])
+    d.start()
+    pid = d.pid("embedder")
+    os.kill(pid, _signal.SIGSTOP)
+    try:
+        (workspace / "b.py").write_text("def beta():\n    return 2\n")  # work it cannot finish while stopped
+        status = _wsctx(env, "status", "--json", timeout=60)
+        data = json.loads(status.stdout)
+        assert data["daemons"]["embedder"] == {"state": "slow", "pid": pid}, data["daemons"]["embedder"]
+        assert "slow" in _wsctx(env, "status", timeout=60).stdout
+        waited = _wsctx(env, "status", "--wait", "--timeout", "14", timeout=90)
+        assert waited.returncode == 1
+        assert "not running" not in waited.stderr and "indexing not done after 14 s" in waited.stderr, waited.stderr
+    finally:
+        os.kill(pid, _signal.SIGCONT)
+    d.kill("embedder")
+    wait_until(lambda: json.loads(_wsctx(env, "status", "--json", timeout=60).stdout)["daemons"]["embedder"]["state"] == "down", 30)

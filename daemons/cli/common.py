@@ -108,13 +108,20 @@ def is_up(settings, daemon: str) -> bool:
 
 
 def gather_status(settings) -> dict[str, Any]:
+    """Every daemon's status and the workspaces'. A daemon that missed its probe but whose process
+    is alive is "slow" (busy: at load 10 a working embedder can take longer than the probe), and
+    only one with no process is "down"."""
+    from daemons.supervision import running_daemons
+
     statuses = all_status(settings)
+    alive = running_daemons(settings.runtime_dir) if any(st is None for st in statuses.values()) else {}
+    slow = {d: alive[d] for d, st in statuses.items() if st is None and d in alive}
     return {
         "runtime_dir": settings.runtime_dir,
         "data_dir": settings.data_dir,
         "supervisord": supervisor_state(settings),
         "daemons": {
-            d: ({"state": "down"} if st is None else {
+            d: ({"state": "slow", "pid": slow[d]} if st is None and d in slow else {"state": "down"} if st is None else {
                 "state": "up", "pid": st.get("pid"), "uptime_s": st.get("uptime_s"),
                 "queue_depth": st.get("queue_depth", 0), "version": st.get("version"),
                 "counters": st.get("counters", {}), "details": st.get("details", {}),
@@ -123,6 +130,7 @@ def gather_status(settings) -> dict[str, Any]:
         },
         "workspaces": workspace_report(settings, statuses),
         "_statuses": statuses,
+        "_slow": slow,
     }
 
 

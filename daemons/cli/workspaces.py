@@ -54,12 +54,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _print_status(data: dict[str, Any], as_json: bool) -> None:
     statuses = data.pop("_statuses", None) or {}
+    slow = data.pop("_slow", None) or {}
     if as_json:
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
         return
-    print(format_daemons(statuses))
+    print(format_daemons(statuses, slow))
     print()
-    if statuses and all(st is None for st in statuses.values()) and not data["workspaces"]:
+    if statuses and all(st is None for st in statuses.values()) and not slow and not data["workspaces"]:
         print(NOT_RUNNING)  # with workspaces, each one's problems say so
     print(format_workspaces(data["workspaces"]))
 
