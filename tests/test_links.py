@@ -122,3 +122,22 @@ def test_the_data_and_runtime_dirs_inside_a_workspace_are_never_indexed(daemons,
     assert d.counter("embedder", "files.indexed") == indexed
     paths = table_paths(d.data_dir, root)
     assert paths == {"app.py"}, paths
+
+
+@pytest.mark.timeout(180)
+def test_a_workspace_folder_deleted_and_made_again_at_once_is_watched_again(daemons, env, workspace) -> None:
+    """The root folder removed and made again within a second (often the same inode): new files and edits in it are indexed from the watch, long before the periodic reconcile."""
+    import shutil
+
+    (workspace / "a.py").write_text("def alpha():\n    return 1\n")
+    register(env["WSCTX_DATA_DIR"], workspace)
+    d = daemons(PIPELINE, {**env, "WSCTX_RECONCILE_INTERVAL_S": "300"})
+    d.start()
+    wait_until(lambda: table_paths(d.data_dir, workspace) == {"a.py"}, 120, 0.3, message=lambda: d.log_tail())
+    shutil.rmtree(workspace)
+    workspace.mkdir()
+    (workspace / "b.py").write_text("def beta():\n    return 2\n")
+    wait_until(lambda: table_paths(d.data_dir, workspace) == {"b.py"}, 30, 0.3, message=lambda: d.log("watcher")[-3000:])
+    (workspace / "c.py").write_text("def gamma():\n    return 3\n")
+    wait_until(lambda: table_paths(d.data_dir, workspace) == {"b.py", "c.py"}, 30, 0.3, message=lambda: d.log("watcher")[-3000:])
+    assert not table_mismatches(d.data_dir, workspace)

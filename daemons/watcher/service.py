@@ -62,6 +62,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write"):
             return
+        if event.event_type in ("deleted", "moved") and event.is_directory:
+            self.watcher.folder_gone(self.wid, os.fsdecode(event.src_path))
         for p in (event.src_path, getattr(event, "dest_path", "")):
             if p:
                 self.watcher.hint(self.wid, os.fsdecode(p), event.is_directory)
@@ -154,6 +156,16 @@ class Watcher(runtime.Service):
                 self.observer.unschedule(ws.watch)
             except Exception:  # noqa: BLE001 - the watch may already be gone with its folder
                 pass
+
+    def folder_gone(self, wid: str, abs_path: str) -> None:
+        """The workspace's root folder itself was deleted or moved away: its watch ends with it
+        (inotify's IN_DELETE_SELF). Forget the root's inode, so that ``_check_roots`` arms a new
+        watch for the folder made again, even one the file system gives the same inode (a folder
+        deleted and made again within a second often gets it back)."""
+        ws = self.workspaces.get(wid)
+        if ws is not None and os.path.normpath(abs_path) == str(ws.root):
+            ws.root_ino = None
+            self.log.info("workspace_root_gone", workspace=wid, root=str(ws.root))
 
     def want_reconcile(self, wid: str = "", force: bool = False) -> None:
         with self.hint_lock:
