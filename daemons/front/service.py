@@ -93,6 +93,9 @@ class Front(runtime.Service):
         self.conversations = Conversations()
         self.local = threading.local()
         self.team_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="team")
+        #: the authorised client keys' names by public key, read when the tcp front starts, as the
+        #: authenticator reads the keys themselves (a key added later needs a restart either way)
+        self.client_keys: dict[bytes, str] = {}
 
     # ------------------------------------------------------------------ peers
 
@@ -357,7 +360,7 @@ class Front(runtime.Service):
         if self.s.curve_secret_key_file:
             wid, _ = self._resolve(msg.body)
             user = runtime.peer_id()
-            name = key_names(self.s.curve_authorized_keys_dir).get(user.encode()) if user else None
+            name = self.client_keys.get(user.encode()) if user else None
             if wid not in self._granted_ids(name):
                 self.stats.incr("tcp.refused_workspace")
                 self.log.warning("workspace_not_granted", key=name, workspace=wid)
@@ -413,6 +416,8 @@ class Front(runtime.Service):
             tcp_sock = runtime.make_socket(self.ctx, zmq.ROUTER)
             try:
                 authenticator = secure_server_socket(self.ctx, tcp_sock, self.s)
+                if authenticator is not None:
+                    self.client_keys = key_names(self.s.curve_authorized_keys_dir)
                 tcp_sock.bind(self.s.front_tcp)
             except (ValueError, OSError, zmq.ZMQError) as exc:
                 self.log.error("tcp_refused", endpoint=self.s.front_tcp, error=str(exc))
