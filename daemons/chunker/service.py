@@ -31,7 +31,8 @@ class Chunker(runtime.Service):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self.registry = Registry(settings.data_dir)
-        self.chunk_settings = ChunkSettings(settings.chunk_max_chars, settings.chunk_min_chars, settings.chunk_context_chars)
+        self.chunk_settings = ChunkSettings(settings.chunk_max_chars, settings.chunk_min_chars, settings.chunk_context_chars,
+                                            settings.parse_time_limit_ms)
         self.pull = runtime.make_socket(self.ctx, zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, 100_000)
         self.push = runtime.make_socket(self.ctx, zmq.PUSH)
@@ -75,7 +76,11 @@ class Chunker(runtime.Service):
             self.log.exception("chunking_failed", path=rel)
             self.stats.incr("chunking.failed")
 
-        chunks = file_chunks(text, rel, self.chunk_settings, failed)
+        def plain(reason: str) -> None:
+            self.log.warning("chunked_as_plain_text", workspace=body.workspace, path=rel, reason=reason)
+            self.stats.incr("chunking.plain_text")
+
+        chunks = file_chunks(text, rel, self.chunk_settings, failed, plain)
         chunk_ms = (time.perf_counter() - t0) * 1000
         batch = ChunkBatch(
             workspace=body.workspace, root=body.root, path=rel, content_hash=content_hash(data),

@@ -47,7 +47,8 @@ from typing import Any
 
 # the languages and parsers live in languages.py; chunking's callers import them from here too
 from daemons.lib.languages import (
-    EXTENSION_LANGUAGES, FILENAME_LANGUAGES, NO_GRAMMAR_LANGUAGES, get_parser, language_for_path, parse,
+    EXTENSION_LANGUAGES, FILENAME_LANGUAGES, NO_GRAMMAR_LANGUAGES, PARSE_TIME_LIMIT_MS, GrammarTimeLimit, get_parser,
+    language_for_path, parse,
 )
 
 __all__ = [
@@ -69,11 +70,13 @@ CHUNKER_VERSION = "1"
 
 @dataclass(frozen=True)
 class ChunkSettings:
-    """Sizes in characters: maximum chunk, minimum chunk (smaller ones merge), context prefix."""
+    """Sizes in characters: maximum chunk, minimum chunk (smaller ones merge), context prefix;
+    and the CPU milliseconds a grammar may take on one file (0: no limit; ``languages.parse``)."""
 
     max_chars: int = 1000
     min_chars: int = 100
     context_chars: int = 100
+    parse_time_limit_ms: int = PARSE_TIME_LIMIT_MS
 
 
 DEFAULT_SETTINGS = ChunkSettings()
@@ -433,11 +436,14 @@ def _context(doc: _Doc, line: int, offset: int, limit: int) -> str:
     return "\n".join(reversed(taken)) + "\n"
 
 
-def chunk_text(text: str, path: str, settings: ChunkSettings = DEFAULT_SETTINGS) -> list[Chunk]:
+def chunk_text(text: str, path: str, settings: ChunkSettings = DEFAULT_SETTINGS,
+               on_plain: Callable[[str], None] | None = None) -> list[Chunk]:
     """Cut one file's ``text`` into chunks (see the module docstring for the full contract).
 
     ``path`` (relative path) selects the language.  Returns ``[]`` for blank text; never
-    raises for any ``str``.
+    raises for any ``str``. A file of a language with a grammar that the grammar cannot cut
+    (its time limit, a tree too deep to walk, a grammar error) is split as plain text, and
+    *on_plain* is called with the reason.
     """
     try:
         if not isinstance(text, str) or not text.strip():
@@ -447,16 +453,28 @@ def chunk_text(text: str, path: str, settings: ChunkSettings = DEFAULT_SETTINGS)
         return []
     max_chars = max(1, int(settings.max_chars))
     if max_chars != settings.max_chars:
-        settings = ChunkSettings(max_chars, settings.min_chars, settings.context_chars)
+        settings = ChunkSettings(max_chars, settings.min_chars, settings.context_chars, settings.parse_time_limit_ms)
     doc = _Doc(text)
     spans: list[Span] | None = None
     if language is not None and language not in NO_GRAMMAR_LANGUAGES:
+        reason = ""
         try:
-            tree = parse(text, language)
+            tree = parse(text, language, settings.parse_time_limit_ms)
             if tree is not None:
                 spans = _syntax_spans(doc, tree.root_node, max_chars, settings.min_chars)
-        except Exception:
+        except GrammarTimeLimit as exc:
+            reason = str(exc)
+        except RecursionError:
+            reason = "the syntax tree is too deep to walk"
+        except Exception as exc:
+            reason = f"the grammar failed ({type(exc).__name__}: {exc})"
+        if reason:
             spans = None
+            if on_plain is not None:
+                try:
+                    on_plain(reason)
+                except Exception:  # the caller's logging must not lose the file
+                    pass
     try:
         if spans is None:
             spans = _plain_spans(doc, language in _MARKDOWN_LANGUAGES, settings)
@@ -473,13 +491,14 @@ def chunk_text(text: str, path: str, settings: ChunkSettings = DEFAULT_SETTINGS)
 
 
 def file_chunks(text: str, path: str, settings: ChunkSettings = DEFAULT_SETTINGS,
-                on_error: Callable[[], None] | None = None) -> list[Chunk]:
-    """A file's chunks as the index holds them: ``chunk_text``; when the grammar path raises,
+                on_error: Callable[[], None] | None = None, on_plain: Callable[[str], None] | None = None) -> list[Chunk]:
+    """A file's chunks as the index holds them: ``chunk_text`` (*on_plain* is told why a file
+    its grammar could not cut was split as plain text); when the grammar path raises,
     *on_error* is called (from inside the ``except``, so it may log the exception) and the file
     is split as plain text; and a file with content but no chunk is one whole-file chunk, so the
     table's hash stays in step with the disk and the file never stays "pending"."""
     try:
-        chunks = chunk_text(text, path, settings)
+        chunks = chunk_text(text, path, settings, on_plain)
     except Exception:  # a grammar bug must not stop the pipeline: fall back to plain splitting
         if on_error is not None:
             on_error()

@@ -10,6 +10,7 @@ the walk. A user glob that makes no pattern is a settings error (``bad_glob``).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -318,9 +319,23 @@ class WorkspaceFilter:
                 return True
         return self.is_ignored(rel)
 
-    def iter_files(self) -> Iterator[str]:
-        """Every non-ignored regular file under root (relative posix paths); links to dirs are not followed."""
-        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+    def iter_files(self, on_skip: Callable[[str, str], None] | None = None) -> Iterator[str]:
+        """Every non-ignored regular file under root (relative posix paths); links to dirs are not followed.
+
+        What the walk passes by that is not ignored is told to *on_skip* as ``(relative path,
+        reason)``: a folder it cannot list (no permission, a path longer than the system allows:
+        the files under it are never seen), a link that leads outside the workspace or to no
+        file, a link loop."""
+        def unlisted(exc: OSError) -> None:
+            if on_skip is not None and exc.filename is not None:
+                rel = os.path.relpath(os.fsdecode(exc.filename), self.root).replace(os.sep, "/")
+                on_skip(rel + "/", f"folder not listed ({exc.strerror or exc}): the files under it are not indexed")
+
+        def skip(rel: str, reason: str) -> None:
+            if on_skip is not None:
+                on_skip(rel, reason)
+
+        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False, onerror=unlisted):
             rel_dir = os.path.relpath(dirpath, self.root)
             rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
             keep = []
@@ -332,15 +347,25 @@ class WorkspaceFilter:
             for name in sorted(filenames):
                 rel = f"{rel_dir}/{name}" if rel_dir else name
                 full = os.path.join(dirpath, name)
+                if self.is_ignored(rel):
+                    continue
                 if os.path.islink(full):
                     try:
-                        target = Path(full).resolve()
-                    except (OSError, RuntimeError):  # a symlink loop (RuntimeError on Python 3.11)
+                        target = Path(full).resolve(strict=True)
+                    except RuntimeError:  # a link loop on Python 3.11 (OSError ELOOP on later ones)
+                        skip(rel, "a link loop")
                         continue
-                    if not target.is_file() or (self.root not in target.parents):
+                    except OSError as exc:
+                        skip(rel, "a link loop" if exc.errno == errno.ELOOP else f"a link to nothing ({exc.strerror or exc})")
                         continue
-                if not self.is_ignored(rel):
-                    yield rel
+                    if self.root not in target.parents:
+                        skip(rel, OUTSIDE_TARGET)
+                        continue
+                    if not target.is_file():
+                        if not target.is_dir():  # links to folders are not followed, by design: no reason to give
+                            skip(rel, "a link to something that is not a file")
+                        continue
+                yield rel
 
 
 def indexable_files(root: str | Path, include_globs: list[str] | None = None, exclude_globs: list[str] | None = None,

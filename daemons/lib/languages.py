@@ -6,6 +6,7 @@ tests). Parsers are cached one per thread, since a ``tree_sitter.Parser`` is not
 from __future__ import annotations
 
 import threading
+import time
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
@@ -112,11 +113,45 @@ def get_parser(language: str) -> Any:
     return parser
 
 
-def parse(text: str, language: str) -> Any | None:
+#: CPU milliseconds a grammar may spend parsing one file before the file is split as plain text
+#: (a pathological file, such as 40,000 nested HTML tags, takes tree-sitter seconds; ordinary
+#: source files of a megabyte take about 100 ms). CPU time of the parsing thread, so a loaded
+#: machine does not push files over it. 0: no limit.
+PARSE_TIME_LIMIT_MS = 2000
+
+
+class GrammarTimeLimit(Exception):
+    """The grammar used up its time limit on one file (``parse``)."""
+
+
+def parse(text: str, language: str, time_limit_ms: int = 0) -> Any | None:
     """Parse ``text`` with ``language``'s grammar; return the ``tree_sitter.Tree`` or ``None``
-    when the language is unknown/unloadable or parsing fails.  Never raises."""
+    when the language is unknown/unloadable or parsing fails. With *time_limit_ms*, a parse
+    that uses more CPU time than that in this thread is cancelled and ``GrammarTimeLimit`` is
+    raised; nothing else raises."""
     try:
         parser = get_parser(language)
-        return parser.parse(text.encode("utf-8", "surrogatepass"))
+        data = text.encode("utf-8", "surrogatepass")
     except Exception:
+        return None
+    if not time_limit_ms:
+        try:
+            return parser.parse(data)
+        except Exception:
+            return None
+    cut = time.thread_time() + time_limit_ms / 1000
+    over = False
+
+    def cancel(*_: Any) -> bool:  # called by tree-sitter as it goes; True cancels the parse
+        nonlocal over
+        over = time.thread_time() > cut
+        return over
+
+    try:
+        # a progress callback is honoured only when the source comes through a read callback
+        return parser.parse(lambda offset, _point: data[offset:offset + 65536], progress_callback=cancel)
+    except Exception:
+        if over:
+            parser.reset()
+            raise GrammarTimeLimit(f"the grammar's time limit ({time_limit_ms} ms) was reached") from None
         return None

@@ -9,7 +9,9 @@ does not are sent as deleted. So killing any daemon at any moment loses nothing 
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -202,27 +204,44 @@ class Watcher(runtime.Service):
         return due
 
     def _verdict(self, ws: WorkspaceState, rel: str) -> FileVerdict | None:
-        """The file's verdict, or None when it does not exist or is ignored."""
+        """The file's verdict, or None when it does not exist, is not a regular file or is
+        ignored. A file that exists but cannot be looked at (no permission, a path longer than
+        the system allows) is skipped with that reason, never dropped in silence."""
         full = ws.root / rel
         try:
-            if not full.is_file() or ws.filt.is_ignored_path(rel):
+            if ws.filt.is_ignored_path(rel):
+                return None
+            st = full.stat()
+            if not stat.S_ISREG(st.st_mode):
                 return None
             # a link, or a file under a linked folder (``link/passwd``), that leads outside the workspace
             if ws.root not in full.resolve().parents:
                 return None
-            st = full.stat()
-        except (OSError, RuntimeError):  # RuntimeError: a symlink loop on Python 3.11
+        except (FileNotFoundError, NotADirectoryError, RuntimeError):  # RuntimeError: a link loop on Python 3.11
             return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
+            verdict = FileVerdict(False, f"unreadable ({exc.strerror or exc})")
+            self._note_skip(ws, rel, verdict.reason)
+            return verdict
         cached = ws.stat_cache.get(rel)
         if cached and cached[0] == st.st_mtime_ns and cached[1] == st.st_size:
             return cached[2]
         verdict = classify_file(full, self.s.max_file_bytes, data_policy=ws.filt.data_policy_applies(rel), root=ws.root)
         ws.stat_cache[rel] = (st.st_mtime_ns, st.st_size, verdict)
-        if not verdict.ok and ws.skipped.get(rel) != verdict.reason:
-            ws.skipped[rel] = verdict.reason
-            self.log.info("file_skipped", workspace=ws.wid, path=rel, reason=verdict.reason)
-            self.stats.incr("files.skipped")
+        if not verdict.ok:
+            self._note_skip(ws, rel, verdict.reason)
+        else:
+            ws.skipped.pop(rel, None)
         return verdict
+
+    def _note_skip(self, ws: WorkspaceState, rel: str, reason: str) -> None:
+        """Remember that *rel* is not indexed and why, logging it once per reason."""
+        if ws.skipped.get(rel) != reason:
+            ws.skipped[rel] = reason
+            self.log.info("file_skipped", workspace=ws.wid, path=rel, reason=reason)
+            self.stats.incr("files.skipped")
 
     def _check(self, ws: WorkspaceState, rel: str, now: float) -> int:
         """Compare one file with what the table holds (or will hold, once what was sent lands)
@@ -297,7 +316,10 @@ class Watcher(runtime.Service):
             ws.sent.clear()
         self._refresh_table(ws)
         now = time.monotonic()
-        seen = set(ws.filt.iter_files()) if ws.root.is_dir() else set()
+        walk_skips: dict[str, str] = {}
+        seen = set(ws.filt.iter_files(on_skip=walk_skips.__setitem__)) if ws.root.is_dir() else set()
+        for rel, reason in walk_skips.items():
+            self._note_skip(ws, rel, reason)
         sent = 0
         for rel in [*newest_first(ws.root, seen), *sorted((set(ws.table) | set(ws.disk)) - seen)]:
             if self.stop.is_set():
@@ -307,6 +329,8 @@ class Watcher(runtime.Service):
             sent += self._check(ws, rel, now)
         for rel in set(ws.stat_cache) - seen:
             ws.stat_cache.pop(rel, None)
+        for rel in set(ws.skipped) - seen - set(walk_skips):  # gone, or indexable now
+            ws.skipped.pop(rel, None)
         ws.last_reconcile = time.time()
         self.stats.incr("reconciles")
         self.log.info("reconcile", workspace=ws.wid, files=len(ws.disk), table_files=len(ws.table), sent=sent, pending=ws.pending(), force=force, ms=round((time.perf_counter() - started) * 1000, 1))
