@@ -96,6 +96,9 @@ def workspace_report(settings, statuses: dict[str, dict[str, Any] | None]) -> di
             problems.append(f"workspace folder {root} does not exist: `wsctx remove {wid}` or `wsctx gc` drops its index")
         if write_error:
             problems.append(f"writes failing: {_write_reason(write_error)} ({writes_failed} failed); indexing resumes by itself when they succeed")
+        if w is not None and w.get("walk_stopped"):
+            problems.append(f"the watcher's walk stopped early ({w['walk_stopped']}): files past that point are not indexed; "
+                            "raise walk_max_entries or walk_max_s, or add a smaller folder")
         if w is not None:
             entry.update(files=w.get("files"), indexed_files=w.get("indexed_files"), pending=w.get("pending"), vectors_pending=w.get("vectors_pending"),
                          skipped=w.get("skipped"), last_reconcile=w.get("last_reconcile") or None)

@@ -96,6 +96,11 @@ class Indexing:
     exclude_globs: list[str] = field(default_factory=list)
     debounce_ms: int = 300
     reconcile_interval_s: float = 300.0
+    # a walk of one workspace stops after this many files and folders, or this many seconds: an
+    # endless or enormous tree is indexed as far as the walk got, and nothing it did not reach is
+    # deleted (watcher; the next reconcile walks again)
+    walk_max_entries: int = 500_000
+    walk_max_s: float = 1800.0
     # CPU ms a grammar may take on one file before it is split as plain text (languages.parse; 0: no limit)
     parse_time_limit_ms: int = CHUNK_DEFAULTS.parse_time_limit_ms
 
@@ -339,7 +344,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "vendored_weight": (0.0, 1.0), "question_copy_weight": (0.0, 1.0), "rerank_fusion_weight": (0.0, None), "rerank_fusion_weight_long": (0.0, None), "snippet_count": (1, None), "budget_chars": (1, None), "near_misses": (0, None),
     "vector_k": (1, None), "keyword_k": (1, None), "focus_k": (0, None), "focus_files": (0, None), "rrf_k": (1, None),
     "rerank_top": (1, None), "rerank_top_long": (1, None), "file_keyword_pool": (0, None), "max_file_bytes": (1, None), "debounce_ms": (0, None),
-    "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None), "parse_time_limit_ms": (0, None),
+    "reconcile_interval_s": (0.1, None), "chunk_max_chars": (1, None), "chunk_min_chars": (0, None), "parse_time_limit_ms": (0, None), "walk_max_entries": (1, None), "walk_max_s": (1, None),
     "chunk_context_chars": (0, None), "window_chars": (1, None), "window_overlap": (0, None), "embed_batch": (1, None), "embed_batch_tokens": (0, None),
     "embed_threads": (0, None), "optimize_every": (1, None), "lance_index_cache_mb": (0, None), "lance_metadata_cache_mb": (0, None), "malloc_arenas": (0, None), "malloc_mmap_threshold_kb": (0, 32768), "embed_timeout_ms": (1, None), "rerank_fusion_k": (0, None), "rerank_fusion_k_long": (0, None),
     "reranker_pool_size": (1, None), "reranker_idle_s": (0.1, None), "reranker_timeout_ms": (1, None),

@@ -319,8 +319,10 @@ class WorkspaceFilter:
                 return True
         return self.is_ignored(rel)
 
-    def iter_files(self, on_skip: Callable[[str, str], None] | None = None) -> Iterator[str]:
+    def iter_files(self, on_skip: Callable[[str, str], None] | None = None, folders: bool = False) -> Iterator[str]:
         """Every non-ignored regular file under root (relative posix paths); links to dirs are not followed.
+        With *folders*, each folder walked is yielded too, as its path and a slash (``""`` for the
+        root), before its files: a caller that bounds or pauses its walk can count them.
 
         What the walk passes by that is not ignored is told to *on_skip* as ``(relative path,
         reason)``: a folder it cannot list (no permission, a path longer than the system allows:
@@ -338,6 +340,8 @@ class WorkspaceFilter:
         for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False, onerror=unlisted):
             rel_dir = os.path.relpath(dirpath, self.root)
             rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+            if folders:
+                yield rel_dir + "/" if rel_dir else ""
             keep = []
             for d in sorted(dirnames):
                 rel = f"{rel_dir}/{d}" if rel_dir else d
@@ -384,12 +388,17 @@ def indexable_files(root: str | Path, include_globs: list[str] | None = None, ex
     return kept, skipped
 
 
-def newest_first(root: Path, rels: Iterable[str]) -> list[str]:
+def mtime_ns(path: Path) -> int:
+    """*path*'s modification time in ns, 0 when it cannot be read."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def newest_first(root: Path, rels: Iterable[str], mtimes: dict[str, int] | None = None) -> list[str]:
     """*rels* by modification time, newest first (then by name): the files a user is working on
-    are indexed first, so a question about them is answered while a large workspace still builds."""
-    def key(rel: str) -> tuple[int, str]:
-        try:
-            return -(root / rel).stat().st_mtime_ns, rel
-        except OSError:
-            return 0, rel
-    return sorted(rels, key=key)
+    are indexed first, so a question about them is answered while a large workspace still builds.
+    *mtimes* holds times already read (``mtime_ns``); the others are read here."""
+    known = mtimes or {}
+    return sorted(rels, key=lambda rel: (-(known[rel] if rel in known else mtime_ns(root / rel)), rel))

@@ -6,6 +6,11 @@ downstream daemon asks after a restart) the watcher walks each workspace, hashes
 holds, as the embedder publishes them beside it (``daemons/lib/catalog.py``; the watcher does
 not load LanceDB): files new or different are sent as changed, files the table has and the disk
 does not are sent as deleted. So killing any daemon at any moment loses nothing once it is back.
+
+A walk is a resumable step list (``Watcher._walk``) run in slices of ``WALK_SLICE_S``, one slice per
+workspace in turn, with the watch's hints checked between slices: a walk of a huge tree holds up
+neither the other workspaces nor the control socket, is bounded (``walk_max_entries``,
+``walk_max_s``) and ends the moment its workspace is removed.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generator
 
 import zmq
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -25,13 +30,28 @@ from watchdog.observers import Observer
 from daemons.lib import catalog, runtime
 from daemons.lib.config import Settings
 from daemons.lib.indexing import pending_hash
-from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file, newest_first
+from daemons.lib.filtering import FileVerdict, WorkspaceFilter, classify_file, mtime_ns, newest_first
 from daemons.lib.workspaces import Registry, index_dir, root_problem
 from protocol import envelope
 from protocol.schema import FileChanged, FileDeleted, ReconcileReply, WorkspaceAddReply
 
 #: A file sent but not yet seen in the table is sent again after this long.
 RESEND_AFTER_S = 120.0
+#: Seconds a walk runs before the loop takes hints, other workspaces' walks and its own turn again.
+WALK_SLICE_S = 0.02
+#: Seconds between the status counts the loop refreshes while walks run (the control thread does
+#: not wait for the loop: it answers these when the loop holds the workspaces).
+STATUS_REFRESH_S = 0.5
+
+
+@dataclass
+class Walk:
+    """One workspace's walk in progress: its remaining steps, and whether another is wanted after it."""
+
+    steps: Generator[None, None, None]
+    started: float
+    again: bool = False
+    again_force: bool = False
 
 
 @dataclass
@@ -50,6 +70,8 @@ class WorkspaceState:
     #: the root folder's inode when the watch was armed (None: no folder then); a different one
     #: means the folder was deleted and made again, and the old watch sees nothing of it
     root_ino: int | None = None
+    #: why the last walk stopped before the end of the tree ("": it went through)
+    walk_stopped: str = ""
 
     def pending(self) -> int:
         changed = sum(1 for p, h in self.disk.items() if self.table.get(p) != h)
@@ -81,7 +103,9 @@ class Watcher(runtime.Service):
         self.lock = threading.RLock()
         #: the status last computed, and the workspace being reconciled (id, since): for ``status``
         self._last_status: dict[str, Any] = {"workspaces": {}}
-        self.reconciling: tuple[str, float] | None = None
+        self._status_at = 0.0
+        self.walks: dict[str, Walk] = {}  # workspace id -> its walk in progress
+        self._slice_end = 0.0
         self.hints: dict[tuple[str, str], float] = {}
         self.hint_lock = threading.Lock()
         self.reconcile_wanted: dict[str, bool] = {}  # wid or "" -> force
@@ -152,6 +176,10 @@ class Watcher(runtime.Service):
             self.want_reconcile(ws.wid)
 
     def _drop(self, wid: str) -> None:
+        walk = self.walks.pop(wid, None)
+        if walk is not None:
+            walk.steps.close()
+            self.log.info("walk_abandoned", workspace=wid, reason="workspace removed", after_s=round(time.monotonic() - walk.started, 1))
         ws = self.workspaces.pop(wid, None)
         if ws and ws.watch is not None:
             try:
@@ -307,34 +335,86 @@ class Watcher(runtime.Service):
         for rel in [r for r, (h, _) in ws.sent.items() if ws.table.get(r, "") == h]:
             del ws.sent[rel]
 
-    def reconcile(self, ws: WorkspaceState, force: bool) -> int:
-        started = time.perf_counter()
+    def _walk(self, ws: WorkspaceState, force: bool) -> Generator[None, None, None]:
+        """Reconcile *ws* with its disk, pausing (a ``yield``) whenever the loop's slice is spent.
+
+        Walks the tree (at most ``walk_max_entries`` files and folders, ``walk_max_s`` seconds),
+        then checks every file seen, newest first, and every file the table holds that the walk
+        did not see. A walk stopped by its bounds indexes what it saw and deletes nothing: what
+        it did not reach may well be there."""
+        started, t0 = time.perf_counter(), time.monotonic()
         if not ws.root.is_dir():
             self.log.warning("workspace_gone", workspace=ws.wid, root=str(ws.root))
             ws.disk.clear()
         if force:
             ws.sent.clear()
         self._refresh_table(ws)
-        now = time.monotonic()
         walk_skips: dict[str, str] = {}
-        seen = set(ws.filt.iter_files(on_skip=walk_skips.__setitem__)) if ws.root.is_dir() else set()
+        seen: set[str] = set()
+        mtimes: dict[str, int] = {}
+        entries, stopped = 0, ""
+        if ws.root.is_dir():
+            for rel in ws.filt.iter_files(on_skip=walk_skips.__setitem__, folders=True):
+                entries += 1
+                if rel and not rel.endswith("/"):
+                    seen.add(rel)
+                    mtimes[rel] = mtime_ns(ws.root / rel)
+                if entries >= self.s.walk_max_entries:
+                    stopped = f"walk_max_entries ({self.s.walk_max_entries}) files and folders walked"
+                elif time.monotonic() - t0 > self.s.walk_max_s:
+                    stopped = f"walk_max_s ({self.s.walk_max_s:g} s) spent"
+                if stopped:
+                    break
+                if time.perf_counter() >= self._slice_end:
+                    yield
         for rel, reason in walk_skips.items():
             self._note_skip(ws, rel, reason)
+        if stopped:
+            self.log.warning("walk_stopped", workspace=ws.wid, reason=stopped, files_seen=len(seen),
+                             note="files past this point are not indexed, and nothing is deleted for them")
+        ws.walk_stopped = stopped
+        order = newest_first(ws.root, seen, mtimes)
+        if not stopped:
+            order += sorted((set(ws.table) | set(ws.disk)) - seen)
         sent = 0
-        for rel in [*newest_first(ws.root, seen), *sorted((set(ws.table) | set(ws.disk)) - seen)]:
-            if self.stop.is_set():
-                # shutting down: a walk of 10,000 files must not hold SIGTERM up; the next start reconciles
-                self.log.info("reconcile_interrupted", workspace=ws.wid, sent=sent)
-                return sent
+        now = time.monotonic()
+        for rel in order:
             sent += self._check(ws, rel, now)
-        for rel in set(ws.stat_cache) - seen:
-            ws.stat_cache.pop(rel, None)
-        for rel in set(ws.skipped) - seen - set(walk_skips):  # gone, or indexable now
-            ws.skipped.pop(rel, None)
+            if time.perf_counter() >= self._slice_end:
+                yield
+                now = time.monotonic()
+        if not stopped:
+            for rel in set(ws.stat_cache) - seen:
+                ws.stat_cache.pop(rel, None)
+            for rel in set(ws.skipped) - seen - set(walk_skips):  # gone, or indexable now
+                ws.skipped.pop(rel, None)
         ws.last_reconcile = time.time()
         self.stats.incr("reconciles")
-        self.log.info("reconcile", workspace=ws.wid, files=len(ws.disk), table_files=len(ws.table), sent=sent, pending=ws.pending(), force=force, ms=round((time.perf_counter() - started) * 1000, 1))
-        return sent
+        self.log.info("reconcile", workspace=ws.wid, files=len(ws.disk), table_files=len(ws.table), sent=sent, pending=ws.pending(),
+                      force=force, walk_s=round(time.monotonic() - t0, 2), ms=round((time.perf_counter() - started) * 1000, 1))
+
+    def want_walk(self, wid: str, force: bool) -> None:
+        """Start a walk of *wid*, or, when one is under way, another once it ends (a file it passed
+        may have changed since)."""
+        walk = self.walks.get(wid)
+        if walk is not None:
+            walk.again, walk.again_force = True, walk.again_force or force
+            return
+        self.walks[wid] = Walk(self._walk(self.workspaces[wid], force), time.monotonic())
+
+    def run_walks(self) -> None:
+        """One slice of each walk under way, in turn; a walk that ends starts again if wanted."""
+        for wid in list(self.walks):
+            walk = self.walks.get(wid)
+            if walk is None:
+                continue
+            self._slice_end = time.perf_counter() + WALK_SLICE_S
+            try:
+                next(walk.steps)
+            except StopIteration:
+                del self.walks[wid]
+                if walk.again:
+                    self.want_walk(wid, walk.again_force)
 
     # ------------------------------------------------------------------ control
 
@@ -350,32 +430,47 @@ class Watcher(runtime.Service):
 
     def status(self) -> dict[str, Any]:
         """The workspaces' counts, answered at once whatever the loop is doing: fresh when the loop
-        is between steps, else the last fresh ones with ``reconciling`` naming the workspace being
-        walked and for how long (a reconcile of 10,000 files takes seconds, and a status that
-        waited behind it read as "watcher down")."""
-        if not self.lock.acquire(timeout=0.05):
-            busy = self.reconciling
-            return {**self._last_status,
-                    "reconciling": {"workspace": busy[0], "for_s": round(time.monotonic() - busy[1], 1)} if busy else None}
+        is between steps, else the ones it refreshed at most ``STATUS_REFRESH_S`` ago. While walks
+        run, ``reconciling`` names the one under way longest and for how long, and each
+        workspace's ``walking_s`` says how long its own has run (a status that waited behind
+        a walk of 10,000 files read as "watcher down")."""
+        if not self.lock.acquire(blocking=False):
+            return self._with_walks(self._last_status)
         try:
-            self._last_status = {
-                "workspaces": {
-                    wid: {
-                        "root": str(ws.root),
-                        "files": len(ws.disk),
-                        "indexed_files": sum(1 for p, h in ws.disk.items() if ws.table.get(p) == h),
-                        "pending": ws.pending(),
-                        # written with keyword text, vectors still to come (searched by keywords only)
-                        "vectors_pending": sum(1 for p, h in ws.disk.items() if ws.table.get(p) == pending_hash(h)),
-                        "skipped": len(ws.skipped),
-                        "last_reconcile": ws.last_reconcile,
-                    }
-                    for wid, ws in self.workspaces.items()
-                }
-            }
-            return {**self._last_status, "reconciling": None}
+            return self._with_walks(self._refresh_status())
         finally:
             self.lock.release()
+
+    def _with_walks(self, counts: dict[str, Any]) -> dict[str, Any]:
+        now = time.monotonic()
+        walks = dict(self.walks)  # the loop thread may change it meanwhile
+        oldest = min(walks.items(), key=lambda kv: kv[1].started, default=None)
+        return {"workspaces": {wid: {**entry, "walking_s": round(now - walks[wid].started, 1) if wid in walks else None}
+                               for wid, entry in counts["workspaces"].items()},
+                "reconciling": {"workspace": oldest[0], "for_s": round(now - oldest[1].started, 1)} if oldest else None}
+
+    def _refresh_status(self) -> dict[str, Any]:
+        """The workspaces' counts, computed now (kept for the replies the loop is too busy for);
+        call with the lock held."""
+        self._last_status = {
+            "workspaces": {
+                wid: {
+                    "root": str(ws.root),
+                    "files": len(ws.disk),
+                    "indexed_files": sum(1 for p, h in ws.disk.items() if ws.table.get(p) == h),
+                    "pending": ws.pending(),
+                    # written with keyword text, vectors still to come (searched by keywords only)
+                    "vectors_pending": sum(1 for p, h in ws.disk.items() if ws.table.get(p) == pending_hash(h)),
+                    "skipped": len(ws.skipped),
+                    "last_reconcile": ws.last_reconcile,
+                    # the last walk stopped at walk_max_entries or walk_max_s ("": it went through)
+                    "walk_stopped": ws.walk_stopped,
+                }
+                for wid, ws in self.workspaces.items()
+            }
+        }
+        self._status_at = time.monotonic()
+        return self._last_status
 
     # ------------------------------------------------------------------ loop
 
@@ -394,26 +489,33 @@ class Watcher(runtime.Service):
         next_periodic = time.monotonic() + self.s.reconcile_interval_s
         next_table_check = 0.0
         while not self.stop.is_set():
-            self.stop.wait(0.05)
+            # while walks run, a short pause between slices, without the lock, lets the control
+            # thread take the interpreter and the workspaces
+            self.stop.wait(0.002 if self.walks else 0.05)
             with self.hint_lock:
                 wanted, self.reconcile_wanted = self.reconcile_wanted, {}
-            if time.monotonic() >= next_periodic:
+            if self.walks:  # the periodic walk comes reconcile_interval_s after the last walk ends
+                next_periodic = time.monotonic() + self.s.reconcile_interval_s
+            elif time.monotonic() >= next_periodic:
                 wanted.setdefault("", False)
                 next_periodic = time.monotonic() + self.s.reconcile_interval_s
-            if wanted:
-                with self.lock:
+            with self.lock:
+                if wanted:
                     registered = self.registry.load()
                     for wid in [w for w in self.workspaces if w not in registered]:
                         self._drop(wid)
                     self.load_workspaces()
                     targets = list(self.workspaces) if "" in wanted else [w for w in wanted if w in self.workspaces]
-                    force_all = wanted.get("", False)
+                    with self.hint_lock:  # asked for since the tick began (a workspace just added): the walk starting now covers it
+                        for wid in targets:
+                            if not self.reconcile_wanted.get(wid, True):
+                                del self.reconcile_wanted[wid]
                     for wid in targets:
-                        self.reconciling = (wid, time.monotonic())
-                        try:
-                            self.reconcile(self.workspaces[wid], force_all or wanted.get(wid, False))
-                        finally:
-                            self.reconciling = None
+                        self.want_walk(wid, wanted.get("", False) or wanted.get(wid, False))
+                if self.walks:
+                    self.run_walks()
+                    if time.monotonic() - self._status_at >= STATUS_REFRESH_S:
+                        self._refresh_status()
             if time.monotonic() >= next_table_check:
                 next_table_check = time.monotonic() + 2.0
                 with self.lock:
@@ -429,6 +531,8 @@ class Watcher(runtime.Service):
                         ws = self.workspaces.get(wid)
                         if ws is not None:
                             self._check(ws, rel, now)
+        if self.walks:  # shutting down: a walk of 10,000 files must not hold SIGTERM up; the next start walks again
+            self.log.info("reconcile_interrupted", workspaces=sorted(self.walks))
         self.observer.stop()
         control.join(timeout=2)
         self.push.close(0)
