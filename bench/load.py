@@ -93,6 +93,7 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
     lock = threading.Lock()
     latencies: list[float] = []
     errors: list[str] = []
+    error_spans: list[tuple[float, float]] = []  # (asked, answered) on time.time() of each error
     degraded = 0
     degraded_kinds: dict[str, int] = {}
     stop = threading.Event()
@@ -105,7 +106,7 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
         while not stop.is_set():
             q = pool[i % len(pool)]
             i += step
-            t0 = time.perf_counter()
+            t0, asked = time.perf_counter(), time.time()
             try:
                 kind, value = ask(endpoint, AskRequest(question=q, workspace=workspace, conversation_id=f"load-{n}-{i}"))
             except Exception as exc:  # noqa: BLE001
@@ -123,6 +124,7 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
                             degraded_kinds[key] = degraded_kinds.get(key, 0) + 1
                 else:
                     errors.append(f"{q!r}: {kind}: {value}")
+                    error_spans.append((asked, time.time()))
 
     files = _editable(root, edit_files)
     originals = {p: p.read_text(errors="replace") for p in files}
@@ -166,6 +168,7 @@ def run_load(endpoint: str, workspace: str, root: Path, clients: int = 20, secon
         "max_ms": round(max(latencies), 1) if latencies else 0.0,
         "errors": len(errors),
         "error_samples": errors[:10],
+        "error_spans": error_spans,
         "degraded": degraded,
         "degraded_kinds": degraded_kinds,
     }

@@ -394,3 +394,39 @@ def test_a_deadline_the_queue_cannot_meet_is_refused_at_once(make_pool):
     busy.close()
     counters = runtime.control_request(pool.settings.control_endpoint("reranker"), StatusRequest()).body.counters
     assert counters["requests.refused_busy"] == 1
+
+
+def test_a_long_request_is_cut_into_parts_of_bounded_size() -> None:
+    """part_count gives one part per idle worker, and more when a part would hold over PART_MAX_PASSAGES."""
+    from daemons.reranker.jobs import PART_MAX_PASSAGES, part_count
+
+    assert part_count(12, 2) == 2 and part_count(16, 1) == 1 and part_count(3, 8) == 3
+    assert part_count(PART_MAX_PASSAGES * 8, 1) == 8 and part_count(PART_MAX_PASSAGES * 8 + 1, 2) == 9
+
+
+@pytest.mark.timeout(180)
+def test_a_short_question_is_not_held_behind_a_long_one(make_pool):
+    """With one worker, a 2-passage request sent just after a 64-passage one on the same socket is answered first: the pool hands out parts in turn."""
+    import zmq
+
+    from protocol import envelope
+
+    pool = make_pool(WSCTX_RERANKER_POOL_SIZE="1", WSCTX_RERANK_CACHE_PAIRS="0", WSCTX_RERANKER_TIMEOUT_MS="150000")
+    pool.rerank(_passages(2))  # the worker is up and warm
+    sock = runtime.make_socket(zmq.Context.instance(), zmq.DEALER)
+    try:
+        sock.connect(pool.settings.endpoint("reranker"))
+        long_frames = envelope.encode(RerankRequest(query=QUERY, passages=_passages(64)), sender="long")
+        short_frames = envelope.encode(RerankRequest(query="where is a message decoded?", passages=_passages(2, 300)), sender="short")
+        ids = {envelope.decode(long_frames).header.msg_id: "long", envelope.decode(short_frames).header.msg_id: "short"}
+        sock.send_multipart(long_frames)  # one connection keeps the order: the broker reads the long one first
+        sock.send_multipart(short_frames)
+        order = []
+        for _ in range(2):
+            assert sock.poll(150_000), order
+            msg = envelope.decode(sock.recv_multipart())
+            assert isinstance(msg.body, RerankReply), msg.body
+            order.append(ids[msg.header.parent_id])
+    finally:
+        sock.close(0)
+    assert order == ["short", "long"], order

@@ -43,7 +43,7 @@ from daemons.lib.config import Settings
 from daemons.lib.deadline import BUSY_PREFIX, ScoringRate
 from daemons.lib.scorecache import ScoreCache, pair_key
 from daemons.reranker import frames as F
-from daemons.reranker.jobs import Part, Request, WorkerState, split_by_chars
+from daemons.reranker.jobs import Part, Request, WorkerState, part_count, split_by_chars
 from daemons.reranker.pool import WorkerPool
 from protocol import envelope
 from protocol.envelope import DecodeError, Header, VersionError
@@ -192,18 +192,34 @@ class Broker(WorkerPool, runtime.Service):
         ready = sum(1 for w in self.workers.values() if w.ready)
         return self.rate.finish_ms(backlog, req.todo_chars(), ready or self.pool_size, ready > 0)
 
+    def _next_part(self) -> Part | None:
+        """The pending part of the request that has had the fewest parts handed out (the oldest
+        first among equals), taken off the queue; parts of closed requests are dropped."""
+        best: Part | None = None
+        for part in list(self.pending):
+            if part.done or part.req.msg_id not in self.active:
+                self.pending.remove(part)
+            elif best is None or part.req.turns < best.req.turns:
+                best = part
+        if best is not None:
+            self.pending.remove(best)
+        return best
+
     def dispatch(self, now: float) -> None:
+        """Hand parts to idle workers, fairly: a request not yet started is cut (``part_count``)
+        as soon as a worker is free, and each free worker takes a part of the request that has
+        had fewest, so one long request shares the pool instead of holding it."""
         while self.idle and (self.pending or self.waiting):
-            if not self.pending:
+            if self.waiting:
                 req = self.waiting.popleft()
-                slices = split_by_chars([req.passages[i] for i in req.todo], len(self.idle))
+                slices = split_by_chars([req.passages[i] for i in req.todo], part_count(len(req.todo), len(self.idle)))
                 req.parts = [Part(req=req, index=i, start=a, end=b) for i, (a, b) in enumerate(slices)]
                 req.first_dispatch = now
                 self.pending.extend(req.parts)
+            part = self._next_part()
+            if part is None:
                 continue
-            part = self.pending.popleft()
-            if part.done or part.req.msg_id not in self.active:
-                continue
+            part.req.turns += 1
             ident = self.idle.pop(0)
             w = self.workers[ident]
             w.job, part.worker = part, ident

@@ -7,7 +7,19 @@ from dataclasses import dataclass, field
 
 from protocol.envelope import Header
 
-__all__ = ["Part", "Request", "WorkerState", "split_by_chars"]
+__all__ = ["PART_MAX_PASSAGES", "Part", "Request", "WorkerState", "part_count", "split_by_chars"]
+
+#: Passages in one part at most. A request longer than this (a question's overrides, a direct
+#: rerank_request) is cut into more parts than there are workers, and parts are handed out one
+#: request at a time in turn (``Request.turns``), so a question behind it waits for one part,
+#: not for all of it. The shipped rerank_top and rerank_top_long (12, 16) fit one part per worker.
+PART_MAX_PASSAGES = 16
+
+
+def part_count(passages: int, idle_workers: int) -> int:
+    """How many parts a request of *passages* to score is cut into with *idle_workers* free:
+    one per idle worker, and more when a part would hold over ``PART_MAX_PASSAGES``."""
+    return max(1, min(passages, max(idle_workers, -(-passages // PART_MAX_PASSAGES))))
 
 
 def split_by_chars(passages: list[str], k: int) -> list[tuple[int, int]]:
@@ -83,6 +95,8 @@ class Request:
     #: positions in ``passages`` still to be scored (the rest came from the cache); parts slice this
     todo: list[int] = field(default_factory=list)
     cached: int = 0
+    #: parts handed to a worker so far: the next part goes to the request with the fewest
+    turns: int = 0
 
     @property
     def msg_id(self) -> str:
