@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, file_chunks
+from daemons.lib.chunking import CHUNKER_VERSION, file_chunks
 from daemons.lib.config import Settings
 from daemons.lib.filtering import content_hash, indexable_files
 from daemons.lib.bm25 import WholeFileBM25 as _WholeFileBM25
@@ -157,7 +157,7 @@ def build_index(
     meta = index_meta(settings, embedder, str(tree))
     IndexStore.destroy(folder)
     store = IndexStore.open_writer(folder, meta)
-    cs = ChunkSettings(settings.chunk_max_chars, settings.chunk_min_chars, settings.chunk_context_chars)
+    cs = settings.chunk_settings()
     pending: list[dict[str, Any]] = []
     pending_texts: list[str] = []
     per_file: list[tuple[str, int]] = []

@@ -73,7 +73,7 @@ def run_variant(tree: Path | None, index_mb: int, metadata_mb: int, arenas: int,
     """One variant in this process (``--worker``): the records and the table's size."""
     import numpy as np
 
-    from daemons.lib.chunking import ChunkSettings, chunk_text
+    from daemons.lib.chunking import chunk_text
     from daemons.lib.indexing import plan_rows
     from daemons.lib.runtime import limit_malloc_arenas
     from daemons.lib.store import IndexStore, cache_usage, configure_caches
@@ -83,7 +83,7 @@ def run_variant(tree: Path | None, index_mb: int, metadata_mb: int, arenas: int,
     s = Settings()
     rng = np.random.default_rng(seed)
     files = source_files(tree)
-    shape = ChunkSettings(max_chars=s.chunk_max_chars, min_chars=s.chunk_min_chars, context_chars=s.chunk_context_chars)
+    shape = s.chunk_settings()
 
     def rows_for(rel: str, text: str, version: int) -> list[dict[str, Any]]:
         rows, _ = plan_rows(rel, f"h{version}", chunk_text(text, rel, shape), s)

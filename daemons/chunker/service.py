@@ -15,7 +15,7 @@ from pathlib import Path
 import zmq
 
 from daemons.lib import runtime
-from daemons.lib.chunking import CHUNKER_VERSION, ChunkSettings, file_chunks, language_for_path
+from daemons.lib.chunking import CHUNKER_VERSION, file_chunks, language_for_path
 from daemons.lib.config import Settings
 from daemons.lib.filtering import content_hash, read_file
 from daemons.lib.indexing import chunk_shape
@@ -31,8 +31,7 @@ class Chunker(runtime.Service):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self.registry = Registry(settings.data_dir)
-        self.chunk_settings = ChunkSettings(settings.chunk_max_chars, settings.chunk_min_chars, settings.chunk_context_chars,
-                                            settings.parse_time_limit_ms)
+        self.chunk_settings = settings.chunk_settings()
         self.pull = runtime.make_socket(self.ctx, zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, 100_000)
         self.push = runtime.make_socket(self.ctx, zmq.PUSH)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, get_type_hints
 
 from daemons.lib.assembly import BUDGET_CHARS, MAX_BLOCK_CHARS, NEAR_MISS_COUNT, RERANK_THRESHOLD, SNIPPET_COUNT
-from daemons.lib.chunking import DEFAULT_SETTINGS as CHUNK_DEFAULTS
+from daemons.lib.chunking import DEFAULT_SETTINGS as CHUNK_DEFAULTS, ChunkSettings
 from daemons.lib.fusion import (
     BOTH, FILE_BM25, FILE_KEYWORD, FILE_KEYWORD_POOL, FILE_LISTS, FOCUS_K, KEYWORD, KEYWORD_K, LIST_WEIGHTS, MENTIONED, TESTED,
     TRACEBACK, TRACEBACK_LIST_WEIGHTS, kind_weights,
@@ -313,6 +313,10 @@ class Settings(Network, Assembly, Reranking, Search, Runtime, Embedding, IndexSh
     def index_shape(self) -> dict[str, Any]:
         """The settings that shaped the rows; recorded in the table and compared on open."""
         return {k: getattr(self, k) for k in INDEX_SHAPING}
+
+    def chunk_settings(self) -> ChunkSettings:
+        """How the chunker cuts a file with these settings (its sizes and the grammar's time limit)."""
+        return ChunkSettings(self.chunk_max_chars, self.chunk_min_chars, self.chunk_context_chars, self.parse_time_limit_ms)
 
 
 #: What ``ranking = "spec"`` sets: SPEC §2's ranking (a blend weight far above 1 orders files by

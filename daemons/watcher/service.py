@@ -116,20 +116,24 @@ class Watcher(runtime.Service):
 
     # ------------------------------------------------------------------ workspaces
 
-    def load_workspaces(self) -> None:
+    def load_workspaces(self) -> list[str]:
+        """Take up the registered workspaces not yet watched; the ids taken up (each wants a walk)."""
+        added = []
         for wid, root in self.registry.load().items():
-            if wid not in self.workspaces:
-                self._add(wid, root)
+            if wid not in self.workspaces and self._add(wid, root):
+                added.append(wid)
+        return added
 
-    def _add(self, wid: str, root: str) -> None:
+    def _add(self, wid: str, root: str) -> bool:
+        """Watch workspace *wid*; False when its folder is missing or refused."""
         rootp = Path(root)
         if not rootp.is_dir():
             self.log.warning("workspace_missing", workspace=wid, root=root)
-            return
+            return False
         problem = root_problem(root)
         if problem:  # a registry written by hand: no walk of /proc
             self.log.warning("workspace_refused", workspace=wid, root=root, reason=problem)
-            return
+            return False
         def bad_lines(name: str, lines: list[str]) -> None:
             self.log.warning("ignore_lines_skipped", workspace=wid, file=name, lines=lines[:5], count=len(lines),
                              reason="no pattern can be made of them; like git, they match nothing")
@@ -140,8 +144,8 @@ class Watcher(runtime.Service):
         self._arm(ws)
         with self.lock:
             self.workspaces[wid] = ws
-        self.want_reconcile(wid)
         self.log.info("workspace_added", workspace=wid, root=str(ws.root))
+        return True
 
     def _arm(self, ws: WorkspaceState) -> None:
         """(Re)start the recursive watch on the workspace's root, noting the root's inode."""
@@ -504,12 +508,8 @@ class Watcher(runtime.Service):
                     registered = self.registry.load()
                     for wid in [w for w in self.workspaces if w not in registered]:
                         self._drop(wid)
-                    self.load_workspaces()
-                    targets = list(self.workspaces) if "" in wanted else [w for w in wanted if w in self.workspaces]
-                    with self.hint_lock:  # asked for since the tick began (a workspace just added): the walk starting now covers it
-                        for wid in targets:
-                            if not self.reconcile_wanted.get(wid, True):
-                                del self.reconcile_wanted[wid]
+                    added = self.load_workspaces()
+                    targets = list(self.workspaces) if "" in wanted else [w for w in self.workspaces if w in wanted or w in added]
                     for wid in targets:
                         self.want_walk(wid, wanted.get("", False) or wanted.get(wid, False))
                 if self.walks:
